@@ -1,0 +1,150 @@
+// Package mem gives atomic, bounds-checked views of words and byte runs in
+// a shared mapping addressed by offset. It is the only place besides the
+// other internal packages where unsafe is used.
+//
+// Every word offset must be 8-aligned relative to the start of the mapping,
+// and the mapping itself page-aligned, so 64-bit atomics are aligned on
+// every architecture (including 386). Out-of-range offsets panic through
+// Go's ordinary bounds checks: callers validate offsets read from the file
+// before calling, so a panic here is a bug in the caller, never bad data.
+package mem
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"unsafe"
+)
+
+func p64(b []byte, off int) *uint64 {
+	_ = b[off+7]
+	return (*uint64)(unsafe.Pointer(&b[off]))
+}
+
+func p32(b []byte, off int) *uint32 {
+	_ = b[off+3]
+	return (*uint32)(unsafe.Pointer(&b[off]))
+}
+
+// Load64 atomically loads the word at off.
+func Load64(b []byte, off int) uint64 { return atomic.LoadUint64(p64(b, off)) }
+
+// Store64 atomically stores v at off.
+func Store64(b []byte, off int, v uint64) { atomic.StoreUint64(p64(b, off), v) }
+
+// CAS64 atomically compares and swaps the word at off.
+func CAS64(b []byte, off int, old, new uint64) bool {
+	return atomic.CompareAndSwapUint64(p64(b, off), old, new)
+}
+
+// Add64 atomically adds delta to the word at off and returns the new value.
+func Add64(b []byte, off int, delta uint64) uint64 { return atomic.AddUint64(p64(b, off), delta) }
+
+// Load32 atomically loads the 32-bit word at off (4-aligned).
+func Load32(b []byte, off int) uint32 { return atomic.LoadUint32(p32(b, off)) }
+
+// Store32 atomically stores the 32-bit word at off.
+func Store32(b []byte, off int, v uint32) { atomic.StoreUint32(p32(b, off), v) }
+
+// Add32 atomically adds delta to the 32-bit word at off.
+func Add32(b []byte, off int, delta uint32) uint32 { return atomic.AddUint32(p32(b, off), delta) }
+
+// CAS32 atomically compares and swaps the 32-bit word at off.
+func CAS32(b []byte, off int, old, new uint32) bool {
+	return atomic.CompareAndSwapUint32(p32(b, off), old, new)
+}
+
+// Ptr32 returns the address of the 32-bit word at off, for futex calls.
+func Ptr32(b []byte, off int) *uint32 { return p32(b, off) }
+
+// AppendBytes appends the n bytes at off to dst, reading them with atomic
+// word loads so that a concurrent writer is never a data race. The words
+// covering [off, off+n) must lie inside b.
+func AppendBytes(dst, b []byte, off, n int) []byte {
+	if n == 0 {
+		return dst
+	}
+	start := off &^ 7
+	end := (off + n + 7) &^ 7
+	_ = b[end-1]
+	skip := off - start
+	var w [8]byte
+	for o := start; o < end; o += 8 {
+		binary.LittleEndian.PutUint64(w[:], Load64(b, o))
+		lo, hi := 0, 8
+		if o == start {
+			lo = skip
+		}
+		if o+8 > off+n {
+			hi = off + n - o
+		}
+		dst = append(dst, w[lo:hi]...)
+	}
+	return dst
+}
+
+// Equal reports whether the len(s) bytes at off equal s, reading with
+// atomic word loads.
+func Equal[S ~string | ~[]byte](b []byte, off int, s S) bool {
+	n := len(s)
+	if n == 0 {
+		return true
+	}
+	start := off &^ 7
+	end := (off + n + 7) &^ 7
+	_ = b[end-1]
+	i := 0
+	for o := start; o < end; o += 8 {
+		v := Load64(b, o)
+		lo := 0
+		if o == start {
+			lo = off - start
+		}
+		for k := lo; k < 8 && i < n; k++ {
+			if byte(v>>(8*k)) != s[i] {
+				return false
+			}
+			i++
+		}
+	}
+	return true
+}
+
+// Write stores s at off with atomic word stores, preserving the bytes of
+// the first and last words that lie outside [off, off+len(s)). The caller
+// must be the only writer of those words.
+func Write[S ~string | ~[]byte](b []byte, off int, s S) {
+	n := len(s)
+	if n == 0 {
+		return
+	}
+	start := off &^ 7
+	end := (off + n + 7) &^ 7
+	_ = b[end-1]
+	i := 0
+	for o := start; o < end; o += 8 {
+		lo, hi := 0, 8
+		if o == start {
+			lo = off - start
+		}
+		if o+8 > off+n {
+			hi = off + n - o
+		}
+		var v uint64
+		if lo != 0 || hi != 8 {
+			v = Load64(b, o)
+		}
+		for k := lo; k < hi; k++ {
+			v &^= 0xff << (8 * k)
+			v |= uint64(s[i]) << (8 * k)
+			i++
+		}
+		Store64(b, o, v)
+	}
+}
+
+// Zero clears n bytes at off (both 8-aligned) with atomic stores.
+func Zero(b []byte, off, n int) {
+	for o := off; o < off+n; o += 8 {
+		Store64(b, o, 0)
+	}
+}
