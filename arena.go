@@ -1,0 +1,589 @@
+package shmarena
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shmarena/shmarena/internal/layout"
+	"github.com/shmarena/shmarena/internal/mapping"
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/proc"
+	"golang.org/x/sys/unix"
+)
+
+// MinSize is the smallest arena in bytes: the header alone.
+const MinSize = layout.HeaderSize
+
+// MaxRegions is how many named regions one arena holds.
+const MaxRegions = layout.DirEntries
+
+// An Arena is one memory-mapped file shared by processes, holding named
+// regions (maps and rings). Its methods are safe for concurrent use by
+// goroutines; any number of processes may open the same arena at once.
+type Arena struct {
+	f      *os.File
+	path   string
+	mem    []byte
+	closed atomic.Bool
+	self   proc.Token
+	slot   int // process-table slot this handle registered in, or -1
+
+	mu sync.Mutex // serialises region carving and Close in this process
+}
+
+// RegionKind says what a region holds.
+type RegionKind uint32
+
+// The region kinds.
+const (
+	KindMap  RegionKind = 1
+	KindRing RegionKind = 2
+)
+
+// String returns "map" or "ring".
+func (k RegionKind) String() string {
+	switch k {
+	case KindMap:
+		return "map"
+	case KindRing:
+		return "ring"
+	}
+	return fmt.Sprintf("kind(%d)", uint32(k))
+}
+
+// RegionInfo describes one region of an arena. Offset and Length are in
+// bytes from the start of the file.
+type RegionInfo struct {
+	Name   string
+	Kind   RegionKind
+	Offset int64
+	Length int64
+}
+
+// kindOps are what each region kind provides to the arena.
+type kindOps struct {
+	// validate checks a ready region's bytes against its directory entry.
+	validate func(b []byte, e layout.Entry) error
+	// reset clears every lock and half-done write in a region whose
+	// owners all died with a previous boot.
+	reset func(b []byte, e layout.Entry)
+}
+
+var kinds = map[RegionKind]kindOps{}
+
+// Open creates the arena file at path or attaches to the one there.
+//
+// With WithSize(n), a missing file is created with n bytes reserved up
+// front (a filesystem without room fails here, never with SIGBUS later) and
+// permission WithMode (default 0600, exact whatever the umask). An existing
+// file is attached: it must be an arena of this layout version, byte order
+// and word size (else ErrNotArena or ErrIncompatible), of size n when n is
+// not 0 (else ErrSizeMismatch), and pass full validation (else ErrCorrupt).
+// Without WithSize a missing file is an error wrapping os.ErrNotExist.
+// Open never follows a symbolic link at path (ErrSymlink) and never
+// truncates or extends an existing file. A zero-filled file left by a
+// creator that died before finishing is initialised.
+func Open(path string, opts ...OpenOption) (*Arena, error) {
+	cfg := openConfig{mode: 0o600}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+	}
+	for attempt := 0; ; attempt++ {
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		switch {
+		case err == nil:
+			return attach(os.NewFile(uintptr(fd), path), path, cfg)
+		case errors.Is(err, unix.ELOOP):
+			return nil, fmt.Errorf("shmarena: open %s: %w", path, ErrSymlink)
+		case !errors.Is(err, unix.ENOENT):
+			return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+		case cfg.size == 0:
+			return nil, fmt.Errorf("shmarena: open %s: no arena there and no WithSize to create one: %w", path, os.ErrNotExist)
+		}
+		a, err := create(path, cfg)
+		if errors.Is(err, unix.EEXIST) && attempt < 3 {
+			continue // another process created it first: attach
+		}
+		return a, err
+	}
+}
+
+func (c *openConfig) check() error {
+	if c.size != 0 && c.size < MinSize {
+		return fmt.Errorf("%w: size %d bytes is below the minimum %d", ErrInvalid, c.size, MinSize)
+	}
+	if c.size > int64(^uint(0)>>1) {
+		return fmt.Errorf("%w: size %d bytes does not fit this platform's address space", ErrInvalid, c.size)
+	}
+	if c.mode&^0o777 != 0 {
+		return fmt.Errorf("%w: mode %v has bits beyond the permission bits", ErrInvalid, c.mode)
+	}
+	return nil
+}
+
+func create(path string, cfg openConfig) (*Arena, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(cfg.mode))
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("shmarena: create %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	a, err := initFile(f, path, cfg)
+	if err != nil {
+		// We made it and hold the flock: leave nothing behind.
+		_ = os.Remove(path)
+		f.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// initFile sets the mode, takes the flock, reserves the blocks, writes the
+// header and publishes the magic last.
+func initFile(f *os.File, path string, cfg openConfig) (*Arena, error) {
+	fd := int(f.Fd())
+	if err := unix.Fchmod(fd, uint32(cfg.mode)); err != nil {
+		return nil, fmt.Errorf("shmarena: create %s: %w", path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("shmarena: create %s: lock: %w", path, err)
+	}
+	defer unix.Flock(fd, unix.LOCK_UN)
+	b, err := reserveAndMap(fd, path, cfg.size)
+	if err != nil {
+		return nil, err
+	}
+	a := &Arena{f: f, path: path, mem: b, self: proc.Self(), slot: -1}
+	layout.WriteHeader(b, cfg.size, proc.BootID())
+	mem.Store64(b, layout.OffMagic, layout.Magic)
+	a.register()
+	return a, nil
+}
+
+func reserveAndMap(fd int, path string, size int64) ([]byte, error) {
+	if err := unix.Fallocate(fd, 0, 0, size); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) {
+			return nil, fmt.Errorf("shmarena: create %s: reserving %d bytes on %s: %w", path, size, fsName(fd), err)
+		}
+		// No fallocate on this filesystem: size it, unreserved.
+		if err := unix.Ftruncate(fd, size); err != nil {
+			return nil, fmt.Errorf("shmarena: create %s: %w", path, err)
+		}
+	}
+	b, err := mapping.Map(fd, int(size))
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: map %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// fsName names the filesystem holding fd, for error messages.
+func fsName(fd int) string {
+	var st unix.Statfs_t
+	if unix.Fstatfs(fd, &st) != nil {
+		return "its filesystem"
+	}
+	switch int64(st.Type) {
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlayfs"
+	}
+	return fmt.Sprintf("filesystem type %#x", int64(st.Type))
+}
+
+func attach(f *os.File, path string, cfg openConfig) (*Arena, error) {
+	a, err := attachLocked(f, path, cfg)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func attachLocked(f *os.File, path string, cfg openConfig) (*Arena, error) {
+	fd := int(f.Fd())
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("shmarena: open %s: lock: %w", path, err)
+	}
+	defer unix.Flock(fd, unix.LOCK_UN)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("shmarena: open %s: %w: not a regular file", path, ErrNotArena)
+	}
+	if st.Size == 0 || st.Size < MinSize {
+		if st.Size == 0 && cfg.size != 0 && st.Uid == uint32(os.Geteuid()) {
+			// A creator died before reserving: finish its job.
+			return initFile(f, path, cfg)
+		}
+		return nil, fmt.Errorf("shmarena: open %s: %w: file is %d bytes, smaller than an arena header (%d); remove it", path, ErrNotArena, st.Size, MinSize)
+	}
+	if st.Size > int64(^uint(0)>>1) {
+		return nil, fmt.Errorf("shmarena: open %s: %w: %d bytes do not fit this platform's address space", path, ErrIncompatible, st.Size)
+	}
+	b, err := mapping.Map(fd, int(st.Size))
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: map %s: %w", path, err)
+	}
+	if mem.Load64(b, layout.OffMagic) == 0 && cfg.size == st.Size &&
+		st.Uid == uint32(os.Geteuid()) && allZero(b) {
+		_ = mapping.Unmap(b)
+		return initFile(f, path, cfg)
+	}
+	if err := validate(b, st.Size, cfg.size); err != nil {
+		_ = mapping.Unmap(b)
+		return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+	}
+	a := &Arena{f: f, path: path, mem: b, self: proc.Self(), slot: -1}
+	if boot := proc.BootID(); layout.ReadHeader(b).BootID != boot {
+		a.resetAfterReboot(boot)
+	}
+	a.register()
+	return a, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// validate checks the header and directory of a mapped file.
+func validate(b []byte, fileSize, want int64) error {
+	h := layout.ReadHeader(b)
+	switch {
+	case h.Magic == 0:
+		return fmt.Errorf("%w: no magic (a half-made file, or not an arena); remove it", ErrNotArena)
+	case h.Magic != layout.Magic:
+		return fmt.Errorf("%w: magic %#x", ErrNotArena, h.Magic)
+	case h.Probe != layout.OrderProbe:
+		return fmt.Errorf("%w: byte-order probe %#x, this machine writes %#x", ErrIncompatible, h.Probe, layout.OrderProbe)
+	case h.Version != layout.Version:
+		return fmt.Errorf("%w: layout version %d, this build reads %d", ErrIncompatible, h.Version, layout.Version)
+	case h.WordSize != layout.WordSize:
+		return fmt.Errorf("%w: word size %d", ErrIncompatible, h.WordSize)
+	case h.HeaderSize != layout.HeaderSize:
+		return fmt.Errorf("%w: header size %d", ErrIncompatible, h.HeaderSize)
+	case h.TotalSize != fileSize:
+		return fmt.Errorf("%w: header says %d bytes, file is %d", ErrSizeMismatch, h.TotalSize, fileSize)
+	case want != 0 && want != h.TotalSize:
+		return fmt.Errorf("%w: asked for %d bytes, arena is %d", ErrSizeMismatch, want, h.TotalSize)
+	case h.DirCap != layout.DirEntries || h.RegionCount > h.DirCap:
+		return fmt.Errorf("%w: directory of %d entries with %d in use", ErrCorrupt, h.DirCap, h.RegionCount)
+	case h.NextFree < layout.HeaderSize || h.NextFree > h.TotalSize || h.NextFree%layout.RegionAlign != 0:
+		return fmt.Errorf("%w: allocation mark %d outside [%d, %d]", ErrCorrupt, h.NextFree, layout.HeaderSize, h.TotalSize)
+	}
+	var ready []layout.Entry
+	for i := 0; i < layout.DirEntries; i++ {
+		e := layout.ReadEntry(b, i)
+		if e.State != layout.EntryReady {
+			if e.State > layout.EntryReady {
+				return fmt.Errorf("%w: directory entry %d has state %d", ErrCorrupt, i, e.State)
+			}
+			continue
+		}
+		if err := layout.ValidateEntry(e, h.NextFree); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		ops, ok := kinds[RegionKind(e.Kind)]
+		if !ok {
+			return fmt.Errorf("%w: region %q has unknown kind %d", ErrCorrupt, e.Name, e.Kind)
+		}
+		for _, r := range ready {
+			if r.Name == e.Name {
+				return fmt.Errorf("%w: region %q appears twice", ErrCorrupt, e.Name)
+			}
+			if e.Offset < r.Offset+r.Length && r.Offset < e.Offset+e.Length {
+				return fmt.Errorf("%w: regions %q and %q overlap", ErrCorrupt, r.Name, e.Name)
+			}
+		}
+		if err := ops.validate(b, e); err != nil {
+			return fmt.Errorf("%w: region %q: %v", ErrCorrupt, e.Name, err)
+		}
+		ready = append(ready, e)
+	}
+	if uint32(len(ready)) != h.RegionCount {
+		return fmt.Errorf("%w: header counts %d regions, directory holds %d", ErrCorrupt, h.RegionCount, len(ready))
+	}
+	return nil
+}
+
+// resetAfterReboot clears what owners from a previous boot left: their
+// process-table entries, every lock and every half-done write. Called under
+// the flock, so no process of this boot is attached yet... except those
+// that attached before the reset of another file copy: none can, since
+// they would have reset it.
+func (a *Arena) resetAfterReboot(boot [16]byte) {
+	for i := 0; i < layout.ProcSlots; i++ {
+		mem.Store64(a.mem, layout.ProcSlotOff(i), 0)
+	}
+	for i := 0; i < layout.DirEntries; i++ {
+		e := layout.ReadEntry(a.mem, i)
+		if e.State == layout.EntryReady {
+			kinds[RegionKind(e.Kind)].reset(a.mem, e)
+		}
+	}
+	layout.SetBootID(a.mem, boot)
+}
+
+// register records this process in the file's process table. A full table
+// is not an error: lock words carry their owner's identity themselves.
+func (a *Arena) register() {
+	for pass := 0; pass < 2; pass++ {
+		for i := 0; i < layout.ProcSlots; i++ {
+			off := layout.ProcSlotOff(i)
+			old := mem.Load64(a.mem, off)
+			free := old == 0 || (pass == 1 && !proc.Alive(proc.Token(old)))
+			if free && mem.CAS64(a.mem, off, old, uint64(a.self)) {
+				a.slot = i
+				return
+			}
+		}
+	}
+}
+
+// Processes returns the pids of the processes registered in the arena's
+// process table that are still alive, this one included.
+func (a *Arena) Processes() ([]int, error) {
+	if a.closed.Load() {
+		return nil, ErrClosed
+	}
+	var pids []int
+	for i := 0; i < layout.ProcSlots; i++ {
+		t := proc.Token(mem.Load64(a.mem, layout.ProcSlotOff(i)))
+		if t != 0 && proc.Alive(t) {
+			pids = append(pids, t.Pid())
+		}
+	}
+	return pids, nil
+}
+
+// OpenMemfd creates an arena of WithSize bytes in anonymous memory
+// (memfd_create; name shows in /proc/<pid>/fd). It has no path: share it
+// with workers started by os/exec by passing File() in Cmd.ExtraFiles and
+// calling OpenFile in the worker. It disappears when the last process
+// holding it exits, so a crash leaves nothing behind.
+func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
+	cfg := openConfig{mode: 0o600}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.size == 0 {
+		return nil, fmt.Errorf("shmarena: memfd %q: %w: WithSize is required", name, ErrInvalid)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("shmarena: memfd %q: %w", name, err)
+	}
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: memfd %q: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd:"+name)
+	a, err := initFile(f, "", cfg)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// OpenFile attaches to an arena through an open file, such as one a parent
+// passed in exec.Cmd.ExtraFiles (in the child, os.NewFile(3, "arena")).
+// The arena takes its own duplicate of the descriptor; the caller may close
+// f afterwards. Validation and errors are as for Open.
+func OpenFile(f *os.File, opts ...OpenOption) (*Arena, error) {
+	cfg := openConfig{}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("shmarena: open %s: %w", f.Name(), err)
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: open %s: %w", f.Name(), err)
+	}
+	return attach(os.NewFile(uintptr(fd), f.Name()), "", cfg)
+}
+
+// File returns the arena's open file, to pass to child processes in
+// exec.Cmd.ExtraFiles. It stays owned by the arena: do not close it.
+func (a *Arena) File() *os.File { return a.f }
+
+// Path returns the path the arena was opened at, or "" for an arena opened
+// with OpenMemfd or OpenFile.
+func (a *Arena) Path() string { return a.path }
+
+// Size returns the arena's total size in bytes, or 0 after Close.
+func (a *Arena) Size() int64 {
+	if a.closed.Load() {
+		return 0
+	}
+	return int64(len(a.mem))
+}
+
+// Sync flushes the mapping to the file's storage (msync MS_SYNC). Other
+// processes see writes at once without it; it only matters for
+// durability of a file on disk across a machine crash.
+func (a *Arena) Sync() error {
+	if a.closed.Load() {
+		return ErrClosed
+	}
+	if err := unix.Msync(a.mem, unix.MS_SYNC); err != nil {
+		return fmt.Errorf("shmarena: sync %s: %w", a.path, err)
+	}
+	return nil
+}
+
+// Regions lists the arena's regions in directory order, or nil after
+// Close.
+func (a *Arena) Regions() []RegionInfo {
+	if a.closed.Load() {
+		return nil
+	}
+	var out []RegionInfo
+	for i := 0; i < layout.DirEntries; i++ {
+		if mem.Load32(a.mem, layout.OffDir+i*layout.EntrySize) != layout.EntryReady {
+			continue
+		}
+		e := layout.ReadEntry(a.mem, i)
+		out = append(out, RegionInfo{Name: e.Name, Kind: RegionKind(e.Kind), Offset: e.Offset, Length: e.Length})
+	}
+	return out
+}
+
+// Close detaches from the arena: it leaves the process table, unmaps the
+// file and closes it. The file stays for other processes (remove it
+// yourself when none need it). After Close every method of the arena and
+// of everything carved from it returns ErrClosed (or false or zero); an
+// operation racing with Close reads private zero pages, never faults.
+// Close returns ErrClosed when called again.
+func (a *Arena) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	if a.slot >= 0 {
+		mem.CAS64(a.mem, layout.ProcSlotOff(a.slot), uint64(a.self), 0)
+	}
+	wakeAllOnClose(a.mem)
+	err := mapping.Retire(a.mem)
+	if cerr := a.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("shmarena: close %s: %w", a.path, err)
+	}
+	return nil
+}
+
+// wakeAllOnClose is set by region kinds that put sleepers on futex words,
+// so a Close wakes them before the words vanish from this process.
+var wakeAllOnClose = func(b []byte) {}
+
+// regionSpec asks for a region.
+type regionSpec struct {
+	name   string
+	kind   RegionKind
+	params [layout.Params]uint64
+	names  [layout.Params]string // parameter names, for ErrShape messages
+	length int64
+	init   func(b []byte, off int64) // writes the region's header
+}
+
+// region finds the region named spec.name or carves it. It runs under the
+// file lock, so a process that dies half-way leaves nothing visible: an
+// entry is published (state ready) only after its region is written.
+func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
+	if err := layout.ValidateName(spec.name); err != nil {
+		return layout.Entry{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed.Load() {
+		return layout.Entry{}, ErrClosed
+	}
+	fd := int(a.f.Fd())
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		return layout.Entry{}, fmt.Errorf("shmarena: region %q: lock: %w", spec.name, err)
+	}
+	defer unix.Flock(fd, unix.LOCK_UN)
+
+	h := layout.ReadHeader(a.mem)
+	free, dirty := -1, int64(0)
+	for i := 0; i < layout.DirEntries; i++ {
+		e := layout.ReadEntry(a.mem, i)
+		switch e.State {
+		case layout.EntryReady:
+			if e.Name == spec.name {
+				return e, spec.sameShape(e, h.NextFree)
+			}
+		case layout.EntryCarving:
+			// A carver died half-way (we hold the flock): drop its entry.
+			// Its bytes lie past the allocation mark; they are zeroed below
+			// (bytes never carved are still the zeros fallocate left).
+			layout.ClearEntry(a.mem, i)
+			dirty = max(dirty, min(e.Length, h.TotalSize-h.NextFree))
+			fallthrough
+		default:
+			if free < 0 {
+				free = i
+			}
+		}
+	}
+	if free < 0 {
+		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: all %d directory entries are in use", spec.name, ErrArenaFull, layout.DirEntries)
+	}
+	length := layout.Align(spec.length)
+	if avail := h.TotalSize - h.NextFree; length > avail {
+		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: needs %d bytes, %d free", spec.name, ErrArenaFull, length, avail)
+	}
+	e := layout.Entry{Index: free, State: layout.EntryReady, Kind: uint32(spec.kind), Name: spec.name,
+		Offset: h.NextFree, Length: length, Params: spec.params}
+	layout.WriteEntry(a.mem, e)
+	layout.SetState(a.mem, free, layout.EntryCarving)
+	if dirty > 0 {
+		mem.Zero(a.mem, int(e.Offset), int(max(dirty, length)&^7))
+	}
+	spec.init(a.mem, e.Offset)
+	layout.SetNextFree(a.mem, e.Offset+length)
+	layout.SetRegionCount(a.mem, h.RegionCount+1)
+	layout.SetState(a.mem, free, layout.EntryReady)
+	return e, nil
+}
+
+func (s regionSpec) sameShape(e layout.Entry, nextFree int64) error {
+	if RegionKind(e.Kind) != s.kind {
+		return fmt.Errorf("shmarena: region %q: %w: it is a %v, asked for a %v", s.name, ErrShape, RegionKind(e.Kind), s.kind)
+	}
+	for k, n := range s.names {
+		if n != "" && e.Params[k] != s.params[k] {
+			return fmt.Errorf("shmarena: region %q: %w: %s is %d, asked for %d", s.name, ErrShape, n, e.Params[k], s.params[k])
+		}
+	}
+	if err := layout.ValidateEntry(e, nextFree); err != nil {
+		return fmt.Errorf("shmarena: %w: %v", ErrCorrupt, err)
+	}
+	return nil
+}

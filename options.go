@@ -1,0 +1,73 @@
+package shmarena
+
+import (
+	"io/fs"
+	"time"
+)
+
+// An OpenOption configures Open, OpenMemfd and OpenFile.
+type OpenOption func(*openConfig)
+
+type openConfig struct {
+	size int64
+	mode fs.FileMode
+}
+
+// WithSize sets the arena's total size in bytes. It is required to create
+// an arena; when attaching it may be 0 (accept any size) or must equal the
+// existing size, else Open returns ErrSizeMismatch.
+func WithSize(bytes int64) OpenOption { return func(c *openConfig) { c.size = bytes } }
+
+// WithMode sets the permission bits of a file Open creates (default 0600).
+// It is applied exactly, whatever the process umask.
+func WithMode(perm fs.FileMode) OpenOption { return func(c *openConfig) { c.mode = perm } }
+
+// A RegionOption sets the shape of a map or ring. Every process must ask for
+// the same shape; a region that exists with another shape is ErrShape.
+type RegionOption func(*regionConfig)
+
+type regionConfig struct {
+	slots, slotSize, stripes int64
+	encoded                  bool
+}
+
+// WithSlots sets the number of slots: entries of a map, records of a ring.
+// Default 1024.
+func WithSlots(n int) RegionOption { return func(c *regionConfig) { c.slots = int64(n) } }
+
+// WithSlotSize sets the size of one slot in bytes, header included; it is
+// rounded up to a multiple of 8. Default 256. A map's MaxPair is the slot
+// size minus 32 bytes of slot header.
+func WithSlotSize(bytes int) RegionOption {
+	return func(c *regionConfig) { c.slotSize = int64(bytes) }
+}
+
+// WithStripes sets how many write locks a map has (default 64, at most
+// 65536 and at most the number of slots). Writers of keys on different
+// stripes never wait for each other.
+func WithStripes(n int) RegionOption { return func(c *regionConfig) { c.stripes = int64(n) } }
+
+// A WriteOption modifies one write to a map.
+type WriteOption func(*writeConfig)
+
+type writeConfig struct {
+	ttl     time.Duration
+	keepTTL bool
+}
+
+// WithTTL gives the entry a wall-clock deadline ttl from now, after which
+// every process reads the key as absent. A ttl <= 0 means no deadline.
+func WithTTL(ttl time.Duration) WriteOption { return func(c *writeConfig) { c.ttl = ttl } }
+
+// WithKeepTTL keeps the deadline the key already has when it is
+// overwritten, as Redis SET's KEEPTTL does; without it a write replaces the
+// deadline. A new key gets no deadline from it.
+func WithKeepTTL() WriteOption { return func(c *writeConfig) { c.keepTTL = true } }
+
+func writeOpts(opts []WriteOption) writeConfig {
+	var c writeConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
