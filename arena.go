@@ -458,6 +458,8 @@ func (a *Arena) Sync() error {
 // Regions lists the arena's regions in directory order, or nil after
 // Close.
 func (a *Arena) Regions() []RegionInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.closed.Load() {
 		return nil
 	}

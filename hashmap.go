@@ -1,0 +1,1053 @@
+package shmarena
+
+import (
+	"fmt"
+	"iter"
+	"math/bits"
+	"runtime"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/shmarena/shmarena/internal/layout"
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/rlock"
+)
+
+// Map region layout, offsets from the region start.
+//
+//	0    slots          8  slot size      16 stripes      24 flags (1 = encoded)
+//	32   used | tombstones<<32            40 busy         48 full
+//	56   expired        64 recoveries
+//	128  stripes x 64 bytes: lock word, then the slot index+1 being written
+//	     (0 = none), so a recoverer knows which slot a dead writer held
+//	...  slots x slot size, 64-aligned
+//
+// A slot:
+//
+//	0  version: seq<<21 | stripe<<1 | 1 while being written, seq<<21 at rest
+//	8  meta: state | flags<<8 | key length<<16 | value length<<32
+//	16 the key's 64-bit xxhash
+//	24 deadline, Unix nanoseconds (0 = none)
+//	32 data: key then value; for a counter the 8-byte value, then the key
+const (
+	mapHeader    = 128
+	stripeStride = 64
+
+	mhSlots      = 0
+	mhSlotSize   = 8
+	mhStripes    = 16
+	mhFlags      = 24
+	mhCounts     = 32
+	mhBusy       = 40
+	mhFull       = 48
+	mhExpired    = 56
+	mhRecoveries = 64
+
+	slotHeader = 32
+	sVersion   = 0
+	sMeta      = 8
+	sHash      = 16
+	sDeadline  = 24
+	sData      = 32
+
+	stateEmpty     = 0
+	stateTombstone = 1
+	stateLive      = 3
+
+	flagCounter = 1
+
+	seqShift   = 21
+	maxStripes = 1 << 16
+	maxKeyLen  = 1<<16 - 1
+
+	defaultSlots    = 1024
+	defaultSlotSize = 256
+	defaultStripes  = 64
+	minSlotSize     = 48
+	maxSlotSize     = 1 << 24
+	maxSlots        = 1<<32 - 1
+
+	// A reader retries a slot that changed under it this many times, and
+	// waits this long for a slot being written, before it reports busy.
+	readRetries = 64
+	oddPatience = 5 * time.Millisecond
+	// How long a reader waits on a slot being written before it asks
+	// whether the writer is alive.
+	oddCheckAfter = 500 * time.Microsecond
+)
+
+// A Map is a fixed-capacity hash map in an arena, shared by every process
+// that opens the arena. Reads take no lock (each slot is a seqlock); writes
+// take one of a stripe of robust locks chosen by the key's hash; deleted
+// entries become tombstones. Keys are strings of arbitrary bytes (NUL
+// included); values are byte slices.
+//
+// A Map's methods are safe for concurrent use by goroutines and processes.
+// Each single operation is atomic (linearizable) with respect to every other
+// operation on the same key, in any process. The table never grows: a full
+// table refuses new keys with ErrFull, while overwriting a present key
+// always works.
+type Map struct {
+	a        *Arena
+	name     string
+	mem      []byte
+	base     int // region offset
+	slotBase int
+	slots    uint64
+	slotSize int
+	stripes  uint64
+	maxPair  int
+	encoded  bool
+}
+
+// MapStats are a map's shared counters, the same in every process.
+type MapStats struct {
+	Used       int    // live entries, lapsed ones not yet collected included
+	Capacity   int    // slots
+	Tombstones int    // deleted entries keeping probe chains intact
+	Busy       uint64 // reads that gave up on a slot that kept changing
+	Full       uint64 // inserts refused with ErrFull
+	Expired    uint64 // lapsed entries collected (made tombstones or replaced)
+	Recoveries uint64 // locks taken over from dead processes
+}
+
+func init() {
+	kinds[KindMap] = kindOps{validate: validateMapRegion, reset: resetMapRegion}
+}
+
+// Map returns the map named name, creating it with the given shape if the
+// arena has no region of that name. Defaults: WithSlots(1024),
+// WithSlotSize(256), WithStripes(64). Errors: ErrInvalid for an option out
+// of range or a bad name, ErrShape (naming the field) when the region
+// exists with another shape or kind, ErrArenaFull when there is no room,
+// ErrClosed after Close. Safe for concurrent use; carving is serialised
+// across processes by the file lock.
+func (a *Arena) Map(name string, opts ...RegionOption) (*Map, error) {
+	return a.openMap(name, false, opts)
+}
+
+func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, error) {
+	cfg := regionConfig{slots: defaultSlots, slotSize: defaultSlotSize, stripes: defaultStripes, encoded: encoded}
+	stripesSet := false
+	for _, o := range opts {
+		before := cfg.stripes
+		o(&cfg)
+		stripesSet = stripesSet || cfg.stripes != before
+	}
+	cfg.slotSize = (cfg.slotSize + 7) &^ 7
+	if !stripesSet && cfg.stripes > cfg.slots {
+		cfg.stripes = max(cfg.slots, 1)
+	}
+	if err := checkMapShape(cfg.slots, cfg.slotSize, cfg.stripes); err != nil {
+		return nil, fmt.Errorf("shmarena: map %q: %w: %v", name, ErrInvalid, err)
+	}
+	var flags uint64
+	if cfg.encoded {
+		flags = 1
+	}
+	spec := regionSpec{
+		name:   name,
+		kind:   KindMap,
+		params: [layout.Params]uint64{uint64(cfg.slots), uint64(cfg.slotSize), uint64(cfg.stripes), flags},
+		names:  [layout.Params]string{"slots", "slot size", "stripes", "encoded flag"},
+		length: mapLength(cfg.slots, cfg.slotSize, cfg.stripes),
+		init: func(b []byte, off int64) {
+			o := int(off)
+			mem.Store64(b, o+mhSlots, uint64(cfg.slots))
+			mem.Store64(b, o+mhSlotSize, uint64(cfg.slotSize))
+			mem.Store64(b, o+mhStripes, uint64(cfg.stripes))
+			mem.Store64(b, o+mhFlags, flags)
+		},
+	}
+	e, err := a.region(spec)
+	if err != nil {
+		return nil, err
+	}
+	return newMap(a, e), nil
+}
+
+func checkMapShape(slots, slotSize, stripes int64) error {
+	switch {
+	case slots < 1 || slots > maxSlots:
+		return fmt.Errorf("slots %d outside [1, %d]", slots, int64(maxSlots))
+	case slotSize < minSlotSize || slotSize > maxSlotSize:
+		return fmt.Errorf("slot size %d bytes outside [%d, %d]", slotSize, minSlotSize, maxSlotSize)
+	case slotSize%8 != 0:
+		return fmt.Errorf("slot size %d bytes is not a multiple of 8", slotSize)
+	case stripes < 1 || stripes > maxStripes || stripes > slots:
+		return fmt.Errorf("stripes %d outside [1, min(%d, slots)]", stripes, maxStripes)
+	}
+	return nil
+}
+
+func mapLength(slots, slotSize, stripes int64) int64 {
+	return mapHeader + layout.Align(stripes*stripeStride) + slots*slotSize
+}
+
+func newMap(a *Arena, e layout.Entry) *Map {
+	slots, slotSize, stripes := e.Params[0], int(e.Params[1]), e.Params[2]
+	return &Map{
+		a:        a,
+		name:     e.Name,
+		mem:      a.mem,
+		base:     int(e.Offset),
+		slotBase: int(e.Offset) + mapHeader + int(layout.Align(int64(stripes)*stripeStride)),
+		slots:    slots,
+		slotSize: slotSize,
+		stripes:  stripes,
+		maxPair:  slotSize - slotHeader,
+		encoded:  e.Params[3] != 0,
+	}
+}
+
+// validateMapRegion checks a map region's shape against its entry.
+func validateMapRegion(b []byte, e layout.Entry) error {
+	p := e.Params
+	if p[0] > maxSlots || p[1] > maxSlotSize || p[2] > maxStripes {
+		return fmt.Errorf("shape out of range")
+	}
+	if err := checkMapShape(int64(p[0]), int64(p[1]), int64(p[2])); err != nil {
+		return err
+	}
+	if p[3] > 1 {
+		return fmt.Errorf("flags %#x", p[3])
+	}
+	if need := mapLength(int64(p[0]), int64(p[1]), int64(p[2])); e.Length < need {
+		return fmt.Errorf("%d bytes, shape needs %d", e.Length, need)
+	}
+	o := int(e.Offset)
+	for k, f := range []int{mhSlots, mhSlotSize, mhStripes, mhFlags} {
+		if v := mem.Load64(b, o+f); v != p[k] {
+			return fmt.Errorf("header field %d is %d, directory says %d", k, v, p[k])
+		}
+	}
+	return nil
+}
+
+// resetMapRegion clears the locks and half-written slots that processes of
+// an earlier boot left, then recounts. Nothing else runs on it meanwhile.
+func resetMapRegion(b []byte, e layout.Entry) {
+	m := newMap(&Arena{mem: b}, e)
+	for s := uint64(0); s < m.stripes; s++ {
+		mem.Store64(b, m.lockOff(s), 0)
+		mem.Store64(b, m.lockOff(s)+8, 0)
+	}
+	m.count()
+}
+
+// Name returns the region name.
+func (m *Map) Name() string { return m.name }
+
+// Capacity returns the number of slots.
+func (m *Map) Capacity() int { return int(m.slots) }
+
+// MaxPair returns the largest len(key)+len(value) a slot holds, in bytes.
+func (m *Map) MaxPair() int { return m.maxPair }
+
+// Len returns the number of live entries, including lapsed entries not yet
+// collected; 0 after Close.
+func (m *Map) Len() int {
+	if m.a.closed.Load() {
+		return 0
+	}
+	return int(uint32(mem.Load64(m.mem, m.base+mhCounts)))
+}
+
+// Stats returns the map's shared counters; zero after Close.
+func (m *Map) Stats() MapStats {
+	if m.a.closed.Load() {
+		return MapStats{}
+	}
+	c := mem.Load64(m.mem, m.base+mhCounts)
+	return MapStats{
+		Used:       int(uint32(c)),
+		Capacity:   int(m.slots),
+		Tombstones: int(c >> 32),
+		Busy:       mem.Load64(m.mem, m.base+mhBusy),
+		Full:       mem.Load64(m.mem, m.base+mhFull),
+		Expired:    mem.Load64(m.mem, m.base+mhExpired),
+		Recoveries: mem.Load64(m.mem, m.base+mhRecoveries),
+	}
+}
+
+// --- addressing ---
+
+func (m *Map) home(h uint64) uint64 {
+	hi, _ := bits.Mul64(h, m.slots)
+	return hi
+}
+
+func (m *Map) stripeOf(h uint64) uint64 {
+	return (uint64(uint32(h)) * m.stripes) >> 32
+}
+
+func (m *Map) slotOff(i uint64) int { return m.slotBase + int(i)*m.slotSize }
+
+func (m *Map) lockOff(s uint64) int { return m.base + mapHeader + int(s)*stripeStride }
+
+func (m *Map) stat(field int) { mem.Add64(m.mem, m.base+field, 1) }
+
+func metaOf(state, flags uint64, klen, vlen int) uint64 {
+	return state | flags<<8 | uint64(klen)<<16 | uint64(vlen)<<32
+}
+
+func metaState(meta uint64) uint64 { return meta & 0xff }
+func metaFlags(meta uint64) uint64 { return meta >> 8 & 0xff }
+func metaKeyLen(meta uint64) int   { return int(meta >> 16 & 0xffff) }
+func metaValLen(meta uint64) int   { return int(meta >> 32) }
+
+// keyOff returns where a slot's key starts.
+func keyOff(off int, meta uint64) int {
+	if metaFlags(meta)&flagCounter != 0 {
+		return off + sData + 8
+	}
+	return off + sData
+}
+
+// valid reports whether a live slot's lengths fit the slot.
+func (m *Map) valid(meta uint64) bool {
+	kl, vl := metaKeyLen(meta), metaValLen(meta)
+	if kl == 0 || vl > m.maxPair || kl+vl > m.maxPair {
+		return false
+	}
+	return metaFlags(meta)&flagCounter == 0 || vl == 8
+}
+
+func now() int64 { return time.Now().UnixNano() }
+
+func lapsed(deadline int64) bool { return deadline != 0 && deadline <= now() }
+
+// --- the lock-free read ---
+
+// A view is what one consistent read of a slot saw.
+type view struct {
+	off      int
+	ver      uint64
+	meta     uint64
+	deadline int64
+}
+
+// readKey finds key and, when dst is not nil, appends its value. It takes
+// no lock. found is false for an absent or lapsed key, and also for a busy
+// one (counted in Busy) or a slot whose writer died (repair is started).
+func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+	n0 := len(dst)
+	i := m.home(h)
+	for probes := uint64(0); probes < m.slots; probes++ {
+		off := m.slotOff(i)
+		for tries := 0; ; tries++ {
+			if tries == readRetries {
+				m.stat(mhBusy)
+				return v, dst, false
+			}
+			ver := mem.Load64(m.mem, off+sVersion)
+			if ver&1 != 0 {
+				if !m.awaitWriter(off, ver) {
+					return v, dst, false
+				}
+				continue
+			}
+			meta := mem.Load64(m.mem, off+sMeta)
+			st := metaState(meta)
+			isKey := st == stateLive && mem.Load64(m.mem, off+sHash) == h &&
+				metaKeyLen(meta) == len(key) && m.valid(meta) &&
+				mem.Equal(m.mem, keyOff(off, meta), key)
+			if !isKey {
+				if mem.Load64(m.mem, off+sVersion) != ver {
+					continue
+				}
+				if st == stateEmpty {
+					return v, dst, false
+				}
+				break
+			}
+			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			if want {
+				dst = m.appendValue(dst[:n0], off, meta)
+			}
+			if mem.Load64(m.mem, off+sVersion) != ver {
+				continue
+			}
+			v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+			if lapsed(deadline) {
+				m.collect(key, h)
+				return v, dst[:n0], false
+			}
+			return v, dst, true
+		}
+		if i++; i == m.slots {
+			i = 0
+		}
+	}
+	return v, dst, false
+}
+
+func (m *Map) appendValue(dst []byte, off int, meta uint64) []byte {
+	if metaFlags(meta)&flagCounter != 0 {
+		c := mem.Load64(m.mem, off+sData)
+		return append(dst, byte(c), byte(c>>8), byte(c>>16), byte(c>>24),
+			byte(c>>32), byte(c>>40), byte(c>>48), byte(c>>56))
+	}
+	return mem.AppendBytes(dst, m.mem, off+sData+metaKeyLen(meta), metaValLen(meta))
+}
+
+// awaitWriter waits for a slot being written to settle. It returns false
+// when the reader should give up: the writer died (the key reads as absent
+// and repair is started), or it kept writing past oddPatience (busy).
+func (m *Map) awaitWriter(off int, ver uint64) bool {
+	var start time.Time
+	checked := false
+	for spin := 0; ; spin++ {
+		if mem.Load64(m.mem, off+sVersion) != ver {
+			return true
+		}
+		if spin < 64 {
+			continue
+		}
+		runtime.Gosched()
+		if spin%64 != 0 {
+			continue
+		}
+		if start.IsZero() {
+			start = time.Now()
+			continue
+		}
+		waited := time.Since(start)
+		if waited > oddCheckAfter && !checked {
+			checked = true
+			s := ver >> 1 & (1<<(seqShift-1) - 1)
+			if s >= m.stripes {
+				return false // not a version this map writes: corrupt
+			}
+			if !rlockOwnerAlive(m.mem, m.lockOff(s)) {
+				m.repairDead(s)
+				return mem.Load64(m.mem, off+sVersion) != ver
+			}
+		}
+		if waited > oddPatience {
+			m.stat(mhBusy)
+			return false
+		}
+	}
+}
+
+// aliveFn is proc.Alive; a variable so tests can fake a dead owner.
+var aliveFn = proc.Alive
+
+func rlockOwnerAlive(b []byte, off int) bool {
+	o := rlock.Owner(b, off)
+	return o != 0 && aliveFn(o)
+}
+
+// collect turns key's lapsed entry into a tombstone if its stripe is free
+// right now; a busy stripe means a writer is there and will see it.
+func (m *Map) collect(key string, h uint64) {
+	s := m.stripeOf(h)
+	ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self)
+	if !ok {
+		return
+	}
+	if recovered {
+		m.afterTakeover(s)
+		return
+	}
+	if v, found := m.find(key, h); found && lapsed(v.deadline) {
+		m.remove(s, v)
+		m.stat(mhExpired)
+	}
+	m.unlock(s)
+}
+
+// --- locking and recovery ---
+
+func (m *Map) lock(s uint64) {
+	if rlock.Acquire(m.mem, m.lockOff(s), m.a.self) {
+		m.afterTakeover(s)
+		m.lock(s)
+	}
+}
+
+func (m *Map) unlock(s uint64) { rlock.Release(m.mem, m.lockOff(s)) }
+
+// repairDead takes over stripe s from a dead owner if it can, repairs it
+// and releases it.
+func (m *Map) repairDead(s uint64) {
+	if ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self); ok {
+		if recovered {
+			m.afterTakeover(s)
+			return
+		}
+		m.unlock(s)
+	}
+}
+
+// afterTakeover runs holding stripe s just taken from a dead owner: it
+// repairs the slot the owner was writing, releases s, and recounts.
+func (m *Map) afterTakeover(s uint64) {
+	m.repairStripe(s)
+	mem.Add64(m.mem, m.base+mhRecoveries, 1)
+	m.unlock(s)
+	m.recount()
+}
+
+// repairStripe makes the slot a dead holder of s was writing a tombstone.
+func (m *Map) repairStripe(s uint64) {
+	intent := m.lockOff(s) + 8
+	idx := mem.Load64(m.mem, intent)
+	if idx != 0 && idx <= m.slots {
+		off := m.slotOff(idx - 1)
+		ver := mem.Load64(m.mem, off+sVersion)
+		if ver&1 != 0 && ver>>1&(1<<(seqShift-1)-1) == s {
+			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
+			mem.Store64(m.mem, off+sDeadline, 0)
+			mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
+		}
+	}
+	mem.Store64(m.mem, intent, 0)
+}
+
+// recount takes every stripe in order (so two recounters cannot deadlock),
+// recomputes used and tombstones from the slots, and releases them.
+func (m *Map) recount() {
+	for s := uint64(0); s < m.stripes; s++ {
+		if rlock.Acquire(m.mem, m.lockOff(s), m.a.self) {
+			m.repairStripe(s)
+			mem.Add64(m.mem, m.base+mhRecoveries, 1)
+		}
+	}
+	m.count()
+	for s := uint64(0); s < m.stripes; s++ {
+		m.unlock(s)
+	}
+}
+
+// count recomputes the used and tombstone counts; with every stripe held
+// no slot may be mid-write, so an odd slot is a leftover and is repaired.
+func (m *Map) count() {
+	var used, tomb uint64
+	for i := uint64(0); i < m.slots; i++ {
+		off := m.slotOff(i)
+		ver := mem.Load64(m.mem, off+sVersion)
+		if ver&1 != 0 {
+			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
+			mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
+		}
+		switch metaState(mem.Load64(m.mem, off+sMeta)) {
+		case stateLive:
+			used++
+		case stateTombstone:
+			tomb++
+		}
+	}
+	mem.Store64(m.mem, m.base+mhCounts, used|tomb<<32)
+}
+
+// --- the locked write path ---
+
+// find looks key up holding its stripe. Only holders of the stripe change
+// a slot holding the key, so the view stays valid until unlock.
+func (m *Map) find(key string, h uint64) (view, bool) {
+	v, _, found := m.locate(key, h)
+	return v, found
+}
+
+// locate finds key's slot, lapsed or not, or else the first slot an insert
+// may claim (free.off < 0 when the probe met no free slot).
+func (m *Map) locate(key string, h uint64) (v view, free view, found bool) {
+	free.off = -1
+	i := m.home(h)
+	for probes := uint64(0); probes < m.slots; probes++ {
+		off := m.slotOff(i)
+		for {
+			ver := mem.Load64(m.mem, off+sVersion)
+			if ver&1 != 0 {
+				break // another stripe's writer: neither the key nor free
+			}
+			meta := mem.Load64(m.mem, off+sMeta)
+			st := metaState(meta)
+			isKey := st == stateLive && mem.Load64(m.mem, off+sHash) == h &&
+				metaKeyLen(meta) == len(key) && m.valid(meta) &&
+				mem.Equal(m.mem, keyOff(off, meta), key)
+			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			if mem.Load64(m.mem, off+sVersion) != ver {
+				continue
+			}
+			sv := view{off: off, ver: ver, meta: meta, deadline: deadline}
+			switch {
+			case isKey:
+				return sv, free, true
+			case st == stateEmpty:
+				if free.off < 0 {
+					free = sv
+				}
+				return v, free, false
+			case st == stateTombstone && free.off < 0:
+				free = sv
+			}
+			break
+		}
+		if i++; i == m.slots {
+			i = 0
+		}
+	}
+	return v, free, false
+}
+
+// claim takes a free slot for a new key, starting at free and moving on
+// when another stripe's writer takes it first. It returns the slot, begun
+// for writing by stripe s, and whether it was a tombstone.
+func (m *Map) claim(s uint64, free view) (off int, wasTomb bool, ok bool) {
+	if free.off < 0 {
+		return 0, false, false
+	}
+	i := uint64(free.off-m.slotBase) / uint64(m.slotSize)
+	intent := m.lockOff(s) + 8
+	for probes := uint64(0); probes < m.slots; probes++ {
+		off := m.slotOff(i)
+		ver := mem.Load64(m.mem, off+sVersion)
+		st := metaState(mem.Load64(m.mem, off+sMeta))
+		if ver&1 == 0 && (st == stateEmpty || st == stateTombstone) {
+			mem.Store64(m.mem, intent, i+1)
+			if mem.CAS64(m.mem, off+sVersion, ver, m.begun(ver, s)) {
+				return off, st == stateTombstone, true
+			}
+		}
+		if i++; i == m.slots {
+			i = 0
+		}
+	}
+	mem.Store64(m.mem, intent, 0)
+	return 0, false, false
+}
+
+func (m *Map) begun(ver, s uint64) uint64 { return (ver>>seqShift+1)<<seqShift | s<<1 | 1 }
+
+// begin marks a slot the stripe holder owns as being written.
+func (m *Map) begin(s uint64, v view) {
+	i := uint64(v.off-m.slotBase) / uint64(m.slotSize)
+	mem.Store64(m.mem, m.lockOff(s)+8, i+1)
+	mem.Store64(m.mem, v.off+sVersion, m.begun(v.ver, s))
+}
+
+// end publishes a slot and clears the stripe's intent.
+func (m *Map) end(off int) {
+	ver := mem.Load64(m.mem, off+sVersion)
+	mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
+}
+
+func (m *Map) clearIntent(s uint64) { mem.Store64(m.mem, m.lockOff(s)+8, 0) }
+
+// fill writes an entry's fields into a slot being written.
+func fill[V ~string | ~[]byte](m *Map, off int, key string, h uint64, val V, flags uint64, deadline int64) {
+	mem.Store64(m.mem, off+sMeta, metaOf(stateLive, flags, len(key), len(val)))
+	mem.Store64(m.mem, off+sHash, h)
+	mem.Store64(m.mem, off+sDeadline, uint64(deadline))
+	mem.Write(m.mem, off+sData, key)
+	mem.Write(m.mem, off+sData+len(key), val)
+}
+
+func (m *Map) fillCounter(off int, key string, h uint64, n int64, deadline int64) {
+	mem.Store64(m.mem, off+sMeta, metaOf(stateLive, flagCounter, len(key), 8))
+	mem.Store64(m.mem, off+sHash, h)
+	mem.Store64(m.mem, off+sDeadline, uint64(deadline))
+	mem.Store64(m.mem, off+sData, uint64(n))
+	mem.Write(m.mem, off+sData+8, key)
+}
+
+// remove makes the live slot v a tombstone. Caller holds stripe s.
+func (m *Map) remove(s uint64, v view) {
+	m.begin(s, v)
+	mem.Store64(m.mem, v.off+sMeta, metaOf(stateTombstone, 0, 0, 0))
+	mem.Store64(m.mem, v.off+sDeadline, 0)
+	m.end(v.off)
+	mem.Add64(m.mem, m.base+mhCounts, 1<<32-1) // used-1, tombstones+1
+	m.clearIntent(s)
+}
+
+// put writes key=val (or a counter) holding stripe s: over the key's slot
+// if it has one, else into a claimed free slot. deadline is absolute.
+func (m *Map) put(s uint64, key string, h uint64, v view, free view, found bool, write func(off int)) error {
+	if found {
+		m.begin(s, v)
+		write(v.off)
+		m.end(v.off)
+		m.clearIntent(s)
+		return nil
+	}
+	off, wasTomb, ok := m.claim(s, free)
+	if !ok {
+		m.stat(mhFull)
+		return fmt.Errorf("shmarena: map %q: %w (%d slots)", m.name, ErrFull, m.slots)
+	}
+	write(off)
+	m.end(off)
+	if wasTomb {
+		mem.Add64(m.mem, m.base+mhCounts, ^uint64(1<<32-2)) // used+1, tombstones-1 (1 - 1<<32)
+	} else {
+		mem.Add64(m.mem, m.base+mhCounts, 1)
+	}
+	m.clearIntent(s)
+	return nil
+}
+
+func (m *Map) check(key string, vlen int) error {
+	if m.a.closed.Load() {
+		return ErrClosed
+	}
+	if key == "" {
+		return fmt.Errorf("shmarena: map %q: %w", m.name, ErrEmptyKey)
+	}
+	if len(key) > maxKeyLen || len(key)+vlen > m.maxPair {
+		return fmt.Errorf("shmarena: map %q: %w: key %d + value %d bytes, slot holds %d", m.name, ErrTooLarge, len(key), vlen, m.maxPair)
+	}
+	return nil
+}
+
+// deadlineFor returns the deadline a write sets: from WithTTL, kept from
+// the live entry with WithKeepTTL, else none.
+func deadlineFor(c writeConfig, v view, live bool) int64 {
+	switch {
+	case c.ttl > 0:
+		return now() + int64(c.ttl)
+	case c.keepTTL && live:
+		return v.deadline
+	}
+	return 0
+}
+
+// --- public operations ---
+
+// Store sets key to value, replacing any entry and its deadline (with
+// WithTTL a new one, else none; WithKeepTTL keeps the current one), as
+// Redis SET does. Errors: ErrEmptyKey, ErrTooLarge (len(key)+len(value) >
+// MaxPair), ErrFull (new key, no free slot; counted in Stats.Full),
+// ErrClosed. A refused write changes nothing. The value is copied.
+func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
+	if err := m.check(key, len(value)); err != nil {
+		return err
+	}
+	c := writeOpts(opts)
+	h := xxhash.Sum64String(key)
+	s := m.stripeOf(h)
+	m.lock(s)
+	defer m.unlock(s)
+	return m.storeLocked(s, key, h, value, c)
+}
+
+func (m *Map) storeLocked(s uint64, key string, h uint64, value []byte, c writeConfig) error {
+	v, free, found := m.locate(key, h)
+	live := found && !lapsed(v.deadline)
+	if found && !live {
+		m.stat(mhExpired)
+	}
+	d := deadlineFor(c, v, live)
+	return m.put(s, key, h, v, free, found, func(off int) { fill(m, off, key, h, value, 0, d) })
+}
+
+// Load returns a copy of key's value and true, or nil and false when the
+// key is absent, lapsed, busy (see Stats.Busy) or the arena is closed. A
+// counter reads as its 8-byte little-endian value. Lock-free.
+func (m *Map) Load(key string) ([]byte, bool) {
+	v, ok := m.AppendLoad(nil, key)
+	if ok && v == nil {
+		v = []byte{}
+	}
+	return v, ok
+}
+
+// AppendLoad appends key's value to dst and returns the extended slice and
+// true; on a miss it returns dst unchanged and false. It allocates only if
+// dst lacks capacity. Lock-free; the same misses as Load.
+func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
+	if key == "" || m.a.closed.Load() {
+		return dst, false
+	}
+	_, out, ok := m.readKey(key, xxhash.Sum64String(key), dst, true)
+	return out, ok
+}
+
+// Exists reports whether key is present and not lapsed. Lock-free.
+func (m *Map) Exists(key string) bool {
+	if key == "" || m.a.closed.Load() {
+		return false
+	}
+	_, _, ok := m.readKey(key, xxhash.Sum64String(key), nil, false)
+	return ok
+}
+
+// Delete removes key and reports whether it was present (a lapsed entry is
+// collected but reports false). False after Close.
+func (m *Map) Delete(key string) bool {
+	_, ok := m.LoadAndDelete(key)
+	return ok
+}
+
+// LoadAndDelete removes key and returns the value it had, as sync.Map's
+// LoadAndDelete does.
+func (m *Map) LoadAndDelete(key string) (value []byte, loaded bool) {
+	if key == "" || m.a.closed.Load() {
+		return nil, false
+	}
+	h := xxhash.Sum64String(key)
+	s := m.stripeOf(h)
+	m.lock(s)
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if !found {
+		return nil, false
+	}
+	if lapsed(v.deadline) {
+		m.remove(s, v)
+		m.stat(mhExpired)
+		return nil, false
+	}
+	value = m.appendValue([]byte{}, v.off, v.meta)
+	m.remove(s, v)
+	return value, true
+}
+
+// LoadOrStore returns the existing value for key (loaded true) if present,
+// else stores value with opts and returns it (loaded false), as sync.Map's
+// LoadOrStore does. Errors as for Store; on error nothing changes.
+func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual []byte, loaded bool, err error) {
+	if err := m.check(key, len(value)); err != nil {
+		return nil, false, err
+	}
+	h := xxhash.Sum64String(key)
+	s := m.stripeOf(h)
+	m.lock(s)
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if found && !lapsed(v.deadline) {
+		return m.appendValue([]byte{}, v.off, v.meta), true, nil
+	}
+	if err := m.storeLocked(s, key, h, value, writeOpts(opts)); err != nil {
+		return nil, false, err
+	}
+	return value, false, nil
+}
+
+// Swap stores value for key and returns the previous value, if any, as
+// sync.Map's Swap does. Options and errors as for Store.
+func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []byte, loaded bool, err error) {
+	if err := m.check(key, len(value)); err != nil {
+		return nil, false, err
+	}
+	h := xxhash.Sum64String(key)
+	s := m.stripeOf(h)
+	m.lock(s)
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if found && !lapsed(v.deadline) {
+		previous, loaded = m.appendValue([]byte{}, v.off, v.meta), true
+	}
+	if err := m.storeLocked(s, key, h, value, writeOpts(opts)); err != nil {
+		return nil, false, err
+	}
+	return previous, loaded, nil
+}
+
+// CompareAndSwap stores new for key if its value equals old byte for byte,
+// keeping the entry's deadline, and reports whether it swapped. An absent
+// key never matches. A counter compares as its 8-byte little-endian value
+// and stops being a counter when swapped. Errors: ErrTooLarge for new,
+// ErrEmptyKey, ErrClosed.
+func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err error) {
+	if err := m.check(key, len(new)); err != nil {
+		return false, err
+	}
+	h := xxhash.Sum64String(key)
+	s := m.stripeOf(h)
+	m.lock(s)
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) {
+		return false, nil
+	}
+	m.begin(s, v)
+	fill(m, v.off, key, h, new, 0, v.deadline)
+	m.end(v.off)
+	m.clearIntent(s)
+	return true, nil
+}
+
+// CompareAndDelete deletes key if its value equals old and reports
+// whether it did. False after Close.
+func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
+	if key == "" || m.a.closed.Load() {
+		return false
+	}
+	h := xxhash.Sum64String(key)
+	s := m.stripeOf(h)
+	m.lock(s)
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) {
+		return false
+	}
+	m.remove(s, v)
+	return true
+}
+
+func (m *Map) valueEqual(v view, b []byte) bool {
+	if metaValLen(v.meta) != len(b) {
+		return false
+	}
+	if metaFlags(v.meta)&flagCounter != 0 {
+		var w [8]byte
+		return string(m.appendValue(w[:0], v.off, v.meta)) == string(b)
+	}
+	return mem.Equal(m.mem, v.off+sData+metaKeyLen(v.meta), b)
+}
+
+// Add adds delta (which may be negative) to the counter at key and returns
+// the new value, wrapping on overflow as Redis INCRBY errors instead. An
+// absent or lapsed key becomes a counter holding delta with opts applied
+// (WithTTL sets its deadline); a live counter keeps its deadline, so a
+// fixed-window rate limit needs no reset. Errors: ErrNotCounter (the key
+// holds another value, left as it was), ErrEncoded (typed map), ErrFull,
+// ErrEmptyKey, ErrTooLarge, ErrClosed. Counters are Redis INCRBY's
+// counterpart: one atomic add under the key's stripe lock, so an Add never
+// lands on a slot that was deleted and reused meanwhile.
+func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
+	if m.encoded {
+		return 0, fmt.Errorf("shmarena: map %q: %w", m.name, ErrEncoded)
+	}
+	if err := m.check(key, 8); err != nil {
+		return 0, err
+	}
+	h := xxhash.Sum64String(key)
+	s := m.stripeOf(h)
+	m.lock(s)
+	defer m.unlock(s)
+	v, free, found := m.locate(key, h)
+	if found && !lapsed(v.deadline) {
+		if metaFlags(v.meta)&flagCounter == 0 {
+			return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter)
+		}
+		return int64(mem.Add64(m.mem, v.off+sData, uint64(delta))), nil
+	}
+	if found {
+		m.stat(mhExpired)
+	}
+	d := deadlineFor(writeOpts(opts), v, false)
+	if err := m.put(s, key, h, v, free, found, func(off int) { m.fillCounter(off, key, h, delta, d) }); err != nil {
+		return 0, err
+	}
+	return delta, nil
+}
+
+// Counter returns the counter at key and true, or 0 and false when the key
+// is absent, lapsed, holds another kind of value, or the map is typed.
+// Lock-free: one consistent read of the slot.
+func (m *Map) Counter(key string) (int64, bool) {
+	if m.encoded || key == "" || m.a.closed.Load() {
+		return 0, false
+	}
+	var buf [8]byte
+	v, out, ok := m.readKey(key, xxhash.Sum64String(key), buf[:0], true)
+	if !ok || metaFlags(v.meta)&flagCounter == 0 {
+		return 0, false
+	}
+	return int64(uint64(out[0]) | uint64(out[1])<<8 | uint64(out[2])<<16 | uint64(out[3])<<24 |
+		uint64(out[4])<<32 | uint64(out[5])<<40 | uint64(out[6])<<48 | uint64(out[7])<<56), true
+}
+
+// Expire sets key's deadline to ttl from now (ttl <= 0 removes it, as
+// Redis PERSIST does) and reports whether the key was present.
+func (m *Map) Expire(key string, ttl time.Duration) bool {
+	if key == "" || m.a.closed.Load() {
+		return false
+	}
+	h := xxhash.Sum64String(key)
+	s := m.stripeOf(h)
+	m.lock(s)
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if !found || lapsed(v.deadline) {
+		return false
+	}
+	var d int64
+	if ttl > 0 {
+		d = now() + int64(ttl)
+	}
+	m.begin(s, v)
+	mem.Store64(m.mem, v.off+sDeadline, uint64(d))
+	m.end(v.off)
+	m.clearIntent(s)
+	return true
+}
+
+// TTL returns how long key has left and true; 0 and true for a key with
+// no deadline; 0 and false when absent. Lock-free.
+func (m *Map) TTL(key string) (time.Duration, bool) {
+	if key == "" || m.a.closed.Load() {
+		return 0, false
+	}
+	v, _, ok := m.readKey(key, xxhash.Sum64String(key), nil, false)
+	if !ok {
+		return 0, false
+	}
+	if v.deadline == 0 {
+		return 0, true
+	}
+	return max(time.Duration(v.deadline-now()), 1), true
+}
+
+// All returns an iterator over the live entries in table order, yielding
+// each key with a copy of its value. It is a snapshot walk, not a lock:
+// each entry is read consistently, but entries stored or deleted while it
+// runs may or may not appear. Empty after Close.
+func (m *Map) All() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		m.walk(func(key string, off int, meta uint64) bool {
+			_, val, ok := m.readKey(key, xxhash.Sum64String(key), []byte{}, true)
+			return !ok || yield(key, val)
+		})
+	}
+}
+
+// Keys returns an iterator over the live keys, with All's snapshot rules.
+func (m *Map) Keys() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		m.walk(func(key string, off int, meta uint64) bool { return yield(key) })
+	}
+}
+
+// walk calls fn with each live, unlapsed, consistently read key.
+func (m *Map) walk(fn func(key string, off int, meta uint64) bool) {
+	var kb []byte
+	for i := uint64(0); i < m.slots; i++ {
+		if m.a.closed.Load() {
+			return
+		}
+		off := m.slotOff(i)
+		for tries := 0; tries < readRetries; tries++ {
+			ver := mem.Load64(m.mem, off+sVersion)
+			if ver&1 != 0 {
+				runtime.Gosched()
+				continue
+			}
+			meta := mem.Load64(m.mem, off+sMeta)
+			if metaState(meta) != stateLive || !m.valid(meta) {
+				if mem.Load64(m.mem, off+sVersion) != ver {
+					continue
+				}
+				break
+			}
+			kb = mem.AppendBytes(kb[:0], m.mem, keyOff(off, meta), metaKeyLen(meta))
+			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			if mem.Load64(m.mem, off+sVersion) != ver {
+				continue
+			}
+			if lapsed(deadline) {
+				break
+			}
+			if !fn(string(kb), off, meta) {
+				return
+			}
+			break
+		}
+	}
+}

@@ -1,0 +1,580 @@
+package shmarena
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func testMap(t testing.TB, opts ...RegionOption) *Map {
+	t.Helper()
+	a, _ := tempArena(t, 8<<20)
+	m, err := a.Map("m", opts...)
+	require.NoError(t, err)
+	return m
+}
+
+func TestMapBasics(t *testing.T) {
+	m := testMap(t, WithSlots(64), WithSlotSize(128))
+	require.Equal(t, 64, m.Capacity())
+	require.Equal(t, 96, m.MaxPair())
+
+	_, ok := m.Load("a")
+	require.False(t, ok)
+	require.NoError(t, m.Store("a", []byte("1")))
+	v, ok := m.Load("a")
+	require.True(t, ok)
+	require.Equal(t, []byte("1"), v)
+	require.True(t, m.Exists("a"))
+	require.Equal(t, 1, m.Len())
+
+	// Keys and values are arbitrary bytes; an empty value is a value.
+	require.NoError(t, m.Store("k\x00ey", []byte{0, 1, 0}))
+	v, ok = m.Load("k\x00ey")
+	require.True(t, ok)
+	require.Equal(t, []byte{0, 1, 0}, v)
+	require.False(t, m.Exists("k"))
+	require.NoError(t, m.Store("empty", nil))
+	v, ok = m.Load("empty")
+	require.True(t, ok)
+	require.NotNil(t, v)
+	require.Empty(t, v)
+
+	// Overwrite, swap, compare-and-swap.
+	require.NoError(t, m.Store("a", []byte("22")))
+	prev, loaded, err := m.Swap("a", []byte("333"))
+	require.NoError(t, err)
+	require.True(t, loaded)
+	require.Equal(t, []byte("22"), prev)
+	swapped, err := m.CompareAndSwap("a", []byte("nope"), []byte("x"))
+	require.NoError(t, err)
+	require.False(t, swapped)
+	swapped, err = m.CompareAndSwap("a", []byte("333"), []byte("4444"))
+	require.NoError(t, err)
+	require.True(t, swapped)
+	v, _ = m.Load("a")
+	require.Equal(t, []byte("4444"), v)
+	swapped, err = m.CompareAndSwap("absent", nil, []byte("x"))
+	require.NoError(t, err)
+	require.False(t, swapped)
+
+	actual, loaded, err := m.LoadOrStore("a", []byte("other"))
+	require.NoError(t, err)
+	require.True(t, loaded)
+	require.Equal(t, []byte("4444"), actual)
+	actual, loaded, err = m.LoadOrStore("b", []byte("bb"))
+	require.NoError(t, err)
+	require.False(t, loaded)
+	require.Equal(t, []byte("bb"), actual)
+
+	require.False(t, m.CompareAndDelete("b", []byte("zz")))
+	require.True(t, m.CompareAndDelete("b", []byte("bb")))
+	require.False(t, m.Exists("b"))
+
+	v, loaded = m.LoadAndDelete("a")
+	require.True(t, loaded)
+	require.Equal(t, []byte("4444"), v)
+	require.False(t, m.Delete("a"))
+	require.NoError(t, m.Store("c", []byte("c")))
+	require.True(t, m.Delete("c"))
+
+	st := m.Stats()
+	require.Equal(t, 2, st.Used) // "k\x00ey" and "empty"
+	require.Equal(t, 3, st.Tombstones)
+	require.Equal(t, 64, st.Capacity)
+}
+
+func TestMapAppendLoadNoAlias(t *testing.T) {
+	m := testMap(t)
+	require.NoError(t, m.Store("k", []byte("value")))
+	dst := []byte("prefix:")
+	out, ok := m.AppendLoad(dst, "k")
+	require.True(t, ok)
+	require.Equal(t, "prefix:value", string(out))
+	out[len(out)-1] = 'X' // must not reach the mapping
+	v, _ := m.Load("k")
+	require.Equal(t, "value", string(v))
+	out, ok = m.AppendLoad(dst, "missing")
+	require.False(t, ok)
+	require.Equal(t, dst, out)
+}
+
+func TestMapBadInput(t *testing.T) {
+	m := testMap(t, WithSlots(4), WithSlotSize(64))
+	require.ErrorIs(t, m.Store("", []byte("x")), ErrEmptyKey)
+	_, err := m.Add("", 1)
+	require.ErrorIs(t, err, ErrEmptyKey)
+	require.ErrorIs(t, m.Store("k", make([]byte, m.MaxPair())), ErrTooLarge)
+	require.NoError(t, m.Store("k", make([]byte, m.MaxPair()-1)))
+	require.Equal(t, 1, m.Len())
+
+	// Fill the table; a new key is refused, an overwrite is not.
+	for i := 1; i < 4; i++ {
+		require.NoError(t, m.Store("k"+strconv.Itoa(i), []byte("v")))
+	}
+	require.ErrorIs(t, m.Store("new", []byte("v")), ErrFull)
+	_, err = m.Add("newc", 1)
+	require.ErrorIs(t, err, ErrFull)
+	_, _, err = m.LoadOrStore("new", []byte("v"))
+	require.ErrorIs(t, err, ErrFull)
+	require.NoError(t, m.Store("k1", []byte("again")))
+	st := m.Stats()
+	require.Equal(t, uint64(3), st.Full)
+	require.Equal(t, 4, st.Used)
+	// Delete frees a slot as a tombstone, which the next insert reuses.
+	require.True(t, m.Delete("k2"))
+	require.NoError(t, m.Store("new", []byte("v")))
+	st = m.Stats()
+	require.Equal(t, 4, st.Used)
+	require.Equal(t, 0, st.Tombstones)
+
+	// A refused write leaves the entry as it was.
+	require.NoError(t, m.Store("k3", []byte("text")))
+	_, err = m.Add("k3", 1)
+	require.ErrorIs(t, err, ErrNotCounter)
+	v, _ := m.Load("k3")
+	require.Equal(t, "text", string(v))
+	require.ErrorIs(t, m.Store("k3", make([]byte, 100)), ErrTooLarge)
+	v, _ = m.Load("k3")
+	require.Equal(t, "text", string(v))
+}
+
+func TestMapCounters(t *testing.T) {
+	m := testMap(t)
+	n, err := m.Add("c", 5)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n)
+	n, err = m.Add("c", -7)
+	require.NoError(t, err)
+	require.Equal(t, int64(-2), n)
+	c, ok := m.Counter("c")
+	require.True(t, ok)
+	require.Equal(t, int64(-2), c)
+	v, ok := m.Load("c")
+	require.True(t, ok)
+	require.Equal(t, []byte{0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, v)
+	require.NoError(t, m.Store("s", []byte("x")))
+	_, ok = m.Counter("s")
+	require.False(t, ok)
+	_, ok = m.Counter("absent")
+	require.False(t, ok)
+	// A counter is overwritten by Store like any value.
+	require.NoError(t, m.Store("c", []byte("plain")))
+	_, err = m.Add("c", 1)
+	require.ErrorIs(t, err, ErrNotCounter)
+}
+
+func TestMapTTL(t *testing.T) {
+	m := testMap(t)
+	require.NoError(t, m.Store("k", []byte("v"), WithTTL(time.Hour)))
+	left, ok := m.TTL("k")
+	require.True(t, ok)
+	require.InDelta(t, float64(time.Hour), float64(left), float64(time.Minute))
+	// KeepTTL keeps the deadline; a plain Store clears it, as Redis SET.
+	require.NoError(t, m.Store("k", []byte("v2"), WithKeepTTL()))
+	left, _ = m.TTL("k")
+	require.Greater(t, left, 59*time.Minute)
+	require.NoError(t, m.Store("k", []byte("v3")))
+	left, ok = m.TTL("k")
+	require.True(t, ok)
+	require.Zero(t, left)
+	require.True(t, m.Expire("k", time.Hour))
+	left, _ = m.TTL("k")
+	require.Greater(t, left, 59*time.Minute)
+	require.True(t, m.Expire("k", 0))
+	left, _ = m.TTL("k")
+	require.Zero(t, left)
+	require.False(t, m.Expire("absent", time.Second))
+
+	// A lapsed entry reads as absent and is collected.
+	require.NoError(t, m.Store("short", []byte("v"), WithTTL(time.Millisecond)))
+	time.Sleep(5 * time.Millisecond)
+	require.False(t, m.Exists("short"))
+	_, ok = m.Load("short")
+	require.False(t, ok)
+	require.Equal(t, uint64(1), m.Stats().Expired)
+	require.Equal(t, 1, m.Stats().Tombstones)
+
+	// A live counter keeps its deadline; a lapsed one restarts at delta.
+	_, err := m.Add("win", 1, WithTTL(20*time.Millisecond))
+	require.NoError(t, err)
+	n, err := m.Add("win", 1, WithTTL(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	left, _ = m.TTL("win")
+	require.LessOrEqual(t, left, 20*time.Millisecond)
+	time.Sleep(25 * time.Millisecond)
+	n, err = m.Add("win", 3)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), n)
+	left, ok = m.TTL("win")
+	require.True(t, ok)
+	require.Zero(t, left)
+}
+
+func TestMapAllKeys(t *testing.T) {
+	m := testMap(t, WithSlots(128))
+	want := map[string][]byte{}
+	for i := range 50 {
+		k := fmt.Sprintf("key-%d", i)
+		want[k] = []byte(strconv.Itoa(i * i))
+		require.NoError(t, m.Store(k, want[k]))
+	}
+	require.True(t, m.Delete("key-7"))
+	delete(want, "key-7")
+	got := maps.Collect(m.All())
+	require.Equal(t, want, got)
+	keys := 0
+	for k := range m.Keys() {
+		require.Contains(t, want, k)
+		keys++
+	}
+	require.Equal(t, len(want), keys)
+	// Stopping early is honoured.
+	n := 0
+	for range m.All() {
+		n++
+		break
+	}
+	require.Equal(t, 1, n)
+}
+
+func TestMapShapeOptions(t *testing.T) {
+	a, _ := tempArena(t, 8<<20)
+	_, err := a.Map("m", WithSlots(0))
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = a.Map("m", WithSlotSize(8))
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = a.Map("m", WithSlots(8), WithStripes(16))
+	require.ErrorIs(t, err, ErrInvalid)
+	m, err := a.Map("m", WithSlots(8), WithSlotSize(100)) // rounded to 104
+	require.NoError(t, err)
+	require.Equal(t, 72, m.MaxPair())
+	_, err = a.Map("m", WithSlots(16), WithSlotSize(104))
+	require.ErrorIs(t, err, ErrShape)
+	require.ErrorContains(t, err, "slots")
+	_, err = a.Map("m", WithSlots(8), WithSlotSize(200))
+	require.ErrorContains(t, err, "slot size")
+	_, err = a.Map("m", WithSlots(8), WithSlotSize(104), WithStripes(2))
+	require.ErrorContains(t, err, "stripes")
+	_, err = a.openMap("m", true, []RegionOption{WithSlots(8), WithSlotSize(104)})
+	require.ErrorContains(t, err, "encoded flag")
+	_, err = a.Map("m", WithSlots(8), WithSlotSize(104))
+	require.NoError(t, err)
+}
+
+// TestMapModel runs random operations against a Go map as the model.
+func TestMapModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	m := testMap(t, WithSlots(97), WithSlotSize(64), WithStripes(7))
+	runModel(t, m, r, 20000)
+}
+
+func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
+	model := map[string][]byte{}
+	counters := map[string]bool{}
+	for step := 0; step < steps; step++ {
+		k := "k" + strconv.Itoa(r.IntN(120))
+		val := bytes.Repeat([]byte{byte(r.IntN(256))}, r.IntN(m.MaxPair()-3))
+		switch op := r.IntN(7); op {
+		case 0, 1:
+			err := m.Store(k, val)
+			if _, ok := model[k]; ok || err == nil {
+				require.NoError(t, err)
+				model[k] = val
+				delete(counters, k)
+			} else {
+				require.ErrorIs(t, err, ErrFull)
+			}
+		case 2:
+			got, ok := m.Load(k)
+			want, wok := model[k]
+			require.Equal(t, wok, ok, "step %d key %s", step, k)
+			if ok {
+				require.Equal(t, want, got)
+			}
+		case 3:
+			_, wok := model[k]
+			require.Equal(t, wok, m.Delete(k))
+			delete(model, k)
+			delete(counters, k)
+		case 4:
+			n, err := m.Add(k, 3)
+			_, present := model[k]
+			switch {
+			case present && !counters[k]:
+				require.ErrorIs(t, err, ErrNotCounter)
+			case !present && errors.Is(err, ErrFull):
+			default:
+				require.NoError(t, err)
+				var old int64
+				if present {
+					old = int64(leUint64(model[k]))
+				}
+				require.Equal(t, old+3, n)
+				model[k] = leBytes(uint64(n))
+				counters[k] = true
+			}
+		case 5:
+			prev, loaded, err := m.Swap(k, val)
+			want, wok := model[k]
+			if err != nil {
+				require.ErrorIs(t, err, ErrFull)
+				require.False(t, wok)
+				continue
+			}
+			require.Equal(t, wok, loaded)
+			if wok {
+				require.Equal(t, want, prev)
+			}
+			model[k] = val
+			delete(counters, k)
+		case 6:
+			require.Equal(t, len(model), m.Len())
+			st := m.Stats()
+			require.LessOrEqual(t, st.Used+st.Tombstones, st.Capacity)
+		}
+	}
+	require.Equal(t, len(model), m.Len())
+	got := maps.Collect(m.All())
+	if len(model) == 0 {
+		require.Empty(t, got)
+	} else {
+		require.Equal(t, model, got)
+	}
+}
+
+func leUint64(b []byte) uint64 {
+	var n uint64
+	for i := 7; i >= 0; i-- {
+		n = n<<8 | uint64(b[i])
+	}
+	return n
+}
+
+func leBytes(n uint64) []byte {
+	b := make([]byte, 8)
+	for i := range b {
+		b[i] = byte(n >> (8 * i))
+	}
+	return b
+}
+
+func FuzzMapOps(f *testing.F) {
+	f.Add(uint64(1), uint64(2))
+	f.Add(uint64(99), uint64(7))
+	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
+		m := testMap(t, WithSlots(61), WithSlotSize(64), WithStripes(3))
+		runModel(t, m, rand.New(rand.NewPCG(s1, s2)), 500)
+	})
+}
+
+// --- multi-process ---
+
+func init() {
+	childRoles["map-add"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		m, err := a.Map("m")
+		if err != nil {
+			return err
+		}
+		for range envInt("SHMARENA_N") {
+			if _, err := m.Add("hits", 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func TestMapAddProcesses(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("m")
+	require.NoError(t, err)
+	runChildren(t, "map-add", 4, "SHMARENA_PATH="+path, "SHMARENA_N=10000")
+	n, ok := m.Counter("hits")
+	require.True(t, ok)
+	require.Equal(t, int64(40000), n)
+}
+
+const tornKeys = 8
+
+func init() {
+	// Writers alternate whole-slot values of 0x00 and 0xFF; readers check
+	// that every value they see is uniform.
+	childRoles["map-torn-writer"] = func() error {
+		m, done, err := tornMap()
+		if err != nil {
+			return err
+		}
+		defer done()
+		zero := make([]byte, m.MaxPair()-2)
+		ones := bytes.Repeat([]byte{0xff}, len(zero))
+		for i := 0; i < envInt("SHMARENA_N"); i++ {
+			v := zero
+			if i%2 == 1 {
+				v = ones
+			}
+			if err := m.Store("k"+strconv.Itoa(i%tornKeys), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	childRoles["map-torn-reader"] = func() error {
+		m, done, err := tornMap()
+		if err != nil {
+			return err
+		}
+		defer done()
+		var buf []byte
+		hits := 0
+		for i := 0; i < envInt("SHMARENA_N"); i++ {
+			var ok bool
+			buf, ok = m.AppendLoad(buf[:0], "k"+strconv.Itoa(i%tornKeys))
+			if !ok {
+				continue
+			}
+			hits++
+			if len(buf) != m.MaxPair()-2 {
+				return fmt.Errorf("read %d bytes, stored %d", len(buf), m.MaxPair()-2)
+			}
+			for _, c := range buf {
+				if c != buf[0] {
+					return fmt.Errorf("mixed value: %x", buf)
+				}
+			}
+		}
+		if hits == 0 {
+			return fmt.Errorf("no read found a key")
+		}
+		fmt.Fprintf(os.Stderr, "reader: %d reads, %d hits\n", envInt("SHMARENA_N"), hits)
+		return nil
+	}
+}
+
+func tornMap() (*Map, func(), error) {
+	a, err := Open(os.Getenv("SHMARENA_PATH"))
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := a.Map("torn", WithSlots(64), WithSlotSize(256))
+	if err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return m, func() { a.Close() }, nil
+}
+
+func TestMapTornReadsProcesses(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("torn", WithSlots(64), WithSlotSize(256))
+	require.NoError(t, err)
+	for i := range tornKeys {
+		require.NoError(t, m.Store("k"+strconv.Itoa(i), make([]byte, m.MaxPair()-2)))
+	}
+	reads, writes := 1_000_000, 300_000
+	if testing.Short() {
+		reads, writes = 100_000, 30_000
+	}
+	w1 := child(t, "map-torn-writer", "SHMARENA_PATH="+path, "SHMARENA_N="+strconv.Itoa(writes))
+	w2 := child(t, "map-torn-writer", "SHMARENA_PATH="+path, "SHMARENA_N="+strconv.Itoa(writes))
+	require.NoError(t, w1.Start())
+	require.NoError(t, w2.Start())
+	runChildren(t, "map-torn-reader", 2, "SHMARENA_PATH="+path, "SHMARENA_N="+strconv.Itoa(reads))
+	require.NoError(t, w1.Wait())
+	require.NoError(t, w2.Wait())
+	t.Logf("busy reads: %d", m.Stats().Busy)
+}
+
+func init() {
+	childRoles["map-insert"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		m, err := a.Map("fill", WithSlots(4096))
+		if err != nil {
+			return err
+		}
+		id, n := envInt("SHMARENA_ID"), envInt("SHMARENA_N")
+		for i := range n {
+			if err := m.Store(fmt.Sprintf("p%d-%d", id, i), []byte(strconv.Itoa(i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func TestMapDisjointInsertsProcesses(t *testing.T) {
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("fill", WithSlots(4096))
+	require.NoError(t, err)
+	// 2 x 2000 keys into 4096 slots: 97.7% full at the end.
+	runChildren(t, "map-insert", 2, "SHMARENA_PATH="+path, "SHMARENA_N=2000")
+	for id := range 2 {
+		for i := range 2000 {
+			v, ok := m.Load(fmt.Sprintf("p%d-%d", id, i))
+			require.True(t, ok, "p%d-%d", id, i)
+			require.Equal(t, strconv.Itoa(i), string(v))
+		}
+	}
+	require.Equal(t, 4000, m.Len())
+	st := m.Stats()
+	require.Equal(t, 4000, st.Used)
+	require.Zero(t, st.Tombstones)
+	n := 0
+	for range m.Keys() {
+		n++
+	}
+	assert.Equal(t, 4000, n)
+}
+
+func init() {
+	childRoles["map-ttl"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		m, err := a.Map("m")
+		if err != nil {
+			return err
+		}
+		if err := m.Store("session", []byte("x"), WithTTL(50*time.Millisecond)); err != nil {
+			return err
+		}
+		_, err = m.Add("window", 10, WithTTL(50*time.Millisecond))
+		return err
+	}
+}
+
+func TestMapTTLProcesses(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("m")
+	require.NoError(t, err)
+	runChildren(t, "map-ttl", 1, "SHMARENA_PATH="+path)
+	require.True(t, m.Exists("session"))
+	n, _ := m.Counter("window")
+	require.Equal(t, int64(10), n)
+	time.Sleep(60 * time.Millisecond)
+	require.False(t, m.Exists("session"))
+	n, err = m.Add("window", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "a lapsed counter restarts at the delta")
+}
