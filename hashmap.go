@@ -728,7 +728,7 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
 		return err
 	}
 	c := writeOpts(opts)
-	h := xxhash.Sum64String(key)
+	h := hashKey(key)
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
@@ -763,7 +763,7 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 	if key == "" || m.a.closed.Load() {
 		return dst, false
 	}
-	_, out, ok := m.readKey(key, xxhash.Sum64String(key), dst, true)
+	_, out, ok := m.readKey(key, hashKey(key), dst, true)
 	return out, ok
 }
 
@@ -772,7 +772,7 @@ func (m *Map) Exists(key string) bool {
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
-	_, _, ok := m.readKey(key, xxhash.Sum64String(key), nil, false)
+	_, _, ok := m.readKey(key, hashKey(key), nil, false)
 	return ok
 }
 
@@ -789,7 +789,7 @@ func (m *Map) LoadAndDelete(key string) (value []byte, loaded bool) {
 	if key == "" || m.a.closed.Load() {
 		return nil, false
 	}
-	h := xxhash.Sum64String(key)
+	h := hashKey(key)
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
@@ -814,7 +814,7 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
-	h := xxhash.Sum64String(key)
+	h := hashKey(key)
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
@@ -834,7 +834,7 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
-	h := xxhash.Sum64String(key)
+	h := hashKey(key)
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
@@ -857,7 +857,7 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	if err := m.check(key, len(new)); err != nil {
 		return false, err
 	}
-	h := xxhash.Sum64String(key)
+	h := hashKey(key)
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
@@ -878,7 +878,7 @@ func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
-	h := xxhash.Sum64String(key)
+	h := hashKey(key)
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
@@ -917,7 +917,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 	if err := m.check(key, 8); err != nil {
 		return 0, err
 	}
-	h := xxhash.Sum64String(key)
+	h := hashKey(key)
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
@@ -946,7 +946,7 @@ func (m *Map) Counter(key string) (int64, bool) {
 		return 0, false
 	}
 	var buf [8]byte
-	v, out, ok := m.readKey(key, xxhash.Sum64String(key), buf[:0], true)
+	v, out, ok := m.readKey(key, hashKey(key), buf[:0], true)
 	if !ok || metaFlags(v.meta)&flagCounter == 0 {
 		return 0, false
 	}
@@ -960,7 +960,7 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
-	h := xxhash.Sum64String(key)
+	h := hashKey(key)
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
@@ -985,7 +985,7 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 	if key == "" || m.a.closed.Load() {
 		return 0, false
 	}
-	v, _, ok := m.readKey(key, xxhash.Sum64String(key), nil, false)
+	v, _, ok := m.readKey(key, hashKey(key), nil, false)
 	if !ok {
 		return 0, false
 	}
@@ -1002,7 +1002,7 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 func (m *Map) All() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
 		m.walk(func(key string, off int, meta uint64) bool {
-			_, val, ok := m.readKey(key, xxhash.Sum64String(key), []byte{}, true)
+			_, val, ok := m.readKey(key, hashKey(key), []byte{}, true)
 			return !ok || yield(key, val)
 		})
 	}
@@ -1051,3 +1051,5 @@ func (m *Map) walk(fn func(key string, off int, meta uint64) bool) {
 		}
 	}
 }
+
+func hashKey(key string) uint64 { return xxhash.Sum64String(key) }

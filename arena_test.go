@@ -1,0 +1,364 @@
+package shmarena
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/shmarena/shmarena/internal/layout"
+	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+func TestOpenCreateAttach(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a")
+	_, err := Open(path)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	a, err := Open(path, WithSize(1<<20))
+	require.NoError(t, err)
+	require.Equal(t, path, a.Path())
+	require.Equal(t, int64(1<<20), a.Size())
+	m, err := a.Map("m", WithSlots(16))
+	require.NoError(t, err)
+	require.NoError(t, m.Store("k", []byte("v")))
+	require.NoError(t, a.Sync())
+
+	// Attach with size 0 or equal; another size is refused.
+	b, err := Open(path)
+	require.NoError(t, err)
+	_, err = Open(path, WithSize(2<<20))
+	require.ErrorIs(t, err, ErrSizeMismatch)
+	mb, err := b.Map("m", WithSlots(16))
+	require.NoError(t, err)
+	v, ok := mb.Load("k")
+	require.True(t, ok)
+	require.Equal(t, "v", string(v))
+	regions := b.Regions()
+	require.Len(t, regions, 1)
+	require.Equal(t, "m", regions[0].Name)
+	require.Equal(t, KindMap, regions[0].Kind)
+	require.Equal(t, "map", regions[0].Kind.String())
+	pids, err := b.Processes()
+	require.NoError(t, err)
+	require.Contains(t, pids, os.Getpid())
+	require.NoError(t, b.Close())
+	require.NoError(t, a.Close())
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, int64(1<<20), fi.Size(), "Close must not truncate")
+}
+
+// The same file mapped twice in one process works at both addresses.
+func TestTwoMappingsOneProcess(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	b, err := Open(path)
+	require.NoError(t, err)
+	defer b.Close()
+	ma, err := a.Map("m")
+	require.NoError(t, err)
+	mb, err := b.Map("m")
+	require.NoError(t, err)
+	for i := range 100 {
+		_, err := ma.Add("n", 1)
+		require.NoError(t, err)
+		_, err = mb.Add("n", int64(i))
+		require.NoError(t, err)
+	}
+	n, _ := ma.Counter("n")
+	require.Equal(t, int64(100+4950), n)
+}
+
+func TestDefaultModeUnderUmask(t *testing.T) {
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	dir := t.TempDir()
+	a, err := Open(filepath.Join(dir, "default"), WithSize(MinSize))
+	require.NoError(t, err)
+	a.Close()
+	fi, err := os.Stat(filepath.Join(dir, "default"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	unix.Umask(0o077)
+	a, err = Open(filepath.Join(dir, "shared"), WithSize(MinSize), WithMode(0o660))
+	require.NoError(t, err)
+	a.Close()
+	fi, err = os.Stat(filepath.Join(dir, "shared"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o660), fi.Mode().Perm(), "mode is exact whatever the umask")
+}
+
+func TestOpenRefusesSymlink(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(filepath.Join(dir, "real"), WithSize(MinSize))
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(filepath.Join(dir, "real"), filepath.Join(dir, "link")))
+	_, err = Open(filepath.Join(dir, "link"))
+	require.ErrorIs(t, err, ErrSymlink)
+	// A dangling link is not followed to create a file either.
+	require.NoError(t, os.Symlink(filepath.Join(dir, "nowhere"), filepath.Join(dir, "dangling")))
+	_, err = Open(filepath.Join(dir, "dangling"), WithSize(MinSize))
+	require.Error(t, err)
+	_, err = os.Stat(filepath.Join(dir, "nowhere"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// corruptCopy makes an arena file, lets edit change its bytes, and
+// returns the path and the file's bytes before the edit.
+func corruptCopy(t *testing.T, edit func(b []byte) []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "a")
+	a, err := Open(path, WithSize(1<<20))
+	require.NoError(t, err)
+	_, err = a.Map("m", WithSlots(16))
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, edit(b), 0o600))
+	return path
+}
+
+func TestBadFiles(t *testing.T) {
+	cases := []struct {
+		name string
+		edit func(b []byte) []byte
+		want error
+	}{
+		{"wrong magic", func(b []byte) []byte { b[0] ^= 1; return b }, ErrNotArena},
+		{"wrong version", func(b []byte) []byte { b[layout.OffVersion]++; return b }, ErrIncompatible},
+		{"byte-swapped probe", func(b []byte) []byte {
+			binary.BigEndian.PutUint32(b[layout.OffProbe:], binary.LittleEndian.Uint32(b[layout.OffProbe:]))
+			return b
+		}, ErrIncompatible},
+		{"size differs from header", func(b []byte) []byte { return append(b, make([]byte, 4096)...) }, ErrSizeMismatch},
+		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }, ErrSizeMismatch},
+		{"shorter than a header", func(b []byte) []byte { return b[:100] }, ErrNotArena},
+		{"region past the end", func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[layout.OffDir+24:], 1<<40)
+			return b
+		}, ErrCorrupt},
+		{"region shape disagrees with header", func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[layout.OffDir+32:], 1<<20) // slots
+			return b
+		}, ErrCorrupt},
+		{"unknown kind", func(b []byte) []byte { b[layout.OffDir+4] = 9; return b }, ErrCorrupt},
+		{"not zero, no magic", func(b []byte) []byte { clear(b[:8]); return b }, ErrNotArena},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := corruptCopy(t, c.edit)
+			before, err := os.ReadFile(path)
+			require.NoError(t, err)
+			_, err = Open(path)
+			require.ErrorIs(t, err, c.want)
+			after, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, before, after, "a refused file is left as it was")
+		})
+	}
+}
+
+func TestInterruptedCreate(t *testing.T) {
+	dir := t.TempDir()
+	// A creator that died after reserving leaves zeros of the asked size.
+	zeros := filepath.Join(dir, "zeros")
+	require.NoError(t, os.WriteFile(zeros, make([]byte, 1<<20), 0o600))
+	_, err := Open(zeros)
+	require.ErrorIs(t, err, ErrNotArena, "without a size nothing says it was ours")
+	a, err := Open(zeros, WithSize(1<<20))
+	require.NoError(t, err)
+	_, err = a.Map("m")
+	require.NoError(t, err)
+	a.Close()
+	// One that died before reserving leaves an empty file.
+	empty := filepath.Join(dir, "empty")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+	a, err = Open(empty, WithSize(1<<20))
+	require.NoError(t, err)
+	require.Equal(t, int64(1<<20), a.Size())
+	a.Close()
+}
+
+func TestRegionShapes(t *testing.T) {
+	a, _ := tempArena(t, 1<<20)
+	_, err := a.Map("", WithSlots(4))
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = a.Map(string(make([]byte, 49)), WithSlots(4))
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = a.Map("\xff", WithSlots(4))
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = a.Map("big", WithSlots(1<<20))
+	require.ErrorIs(t, err, ErrArenaFull)
+	require.ErrorContains(t, err, "free")
+	for i := range MaxRegions {
+		_, err := a.Map(string(rune('a'+i%26))+string(rune('0'+i/26)), WithSlots(1), WithSlotSize(48))
+		require.NoError(t, err, "region %d", i)
+	}
+	_, err = a.Map("one-more", WithSlots(1), WithSlotSize(48))
+	require.ErrorIs(t, err, ErrArenaFull)
+	require.Len(t, a.Regions(), MaxRegions)
+}
+
+func TestFullFilesystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	defer unix.Unmount(dir, 0)
+	path := filepath.Join(dir, "a")
+	_, err := Open(path, WithSize(8<<20))
+	require.ErrorIs(t, err, syscall.ENOSPC)
+	require.ErrorContains(t, err, "tmpfs")
+	_, err = os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "a failed create leaves no file")
+	a, err := Open(path, WithSize(512<<10))
+	require.NoError(t, err)
+	a.Close()
+}
+
+func TestClose(t *testing.T) {
+	a, _ := tempArena(t, 1<<20)
+	m, err := a.Map("m")
+	require.NoError(t, err)
+	require.NoError(t, m.Store("k", []byte("v")))
+	require.NoError(t, a.Close())
+	require.ErrorIs(t, a.Close(), ErrClosed)
+	require.ErrorIs(t, a.Sync(), ErrClosed)
+	_, err = a.Map("m")
+	require.ErrorIs(t, err, ErrClosed)
+	require.Nil(t, a.Regions())
+	require.Zero(t, a.Size())
+	require.ErrorIs(t, m.Store("k", nil), ErrClosed)
+	_, err = m.Add("k", 1)
+	require.ErrorIs(t, err, ErrClosed)
+	_, ok := m.Load("k")
+	require.False(t, ok)
+	require.False(t, m.Exists("k"))
+	require.False(t, m.Delete("k"))
+	require.Zero(t, m.Len())
+	require.Equal(t, MapStats{}, m.Stats())
+	for range m.All() {
+		t.Fatal("All after Close yielded")
+	}
+}
+
+// Operations racing with Close never crash the process.
+func TestCloseRacingOperations(t *testing.T) {
+	for range 20 {
+		a, _ := tempArena(t, 1<<20)
+		m, err := a.Map("m", WithSlots(64))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 2000 {
+					k := string(rune('a' + (i+g)%20))
+					_ = m.Store(k, []byte("value"))
+					m.Load(k)
+					_, _ = m.Add("n", 1)
+					m.Delete(k)
+				}
+			}()
+		}
+		_ = a.Close()
+		wg.Wait()
+	}
+}
+
+func init() {
+	childRoles["memfd-child"] = func() error {
+		a, err := OpenFile(os.NewFile(3, "arena"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		m, err := a.Map("m")
+		if err != nil {
+			return err
+		}
+		_, err = m.Add("children", 1)
+		return err
+	}
+}
+
+func TestMemfdSharedWithChildren(t *testing.T) {
+	a, err := OpenMemfd("test", WithSize(1<<20))
+	require.NoError(t, err)
+	defer a.Close()
+	require.Empty(t, a.Path())
+	m, err := a.Map("m")
+	require.NoError(t, err)
+	var cmds []*exec.Cmd
+	for range 3 {
+		c := child(t, "memfd-child")
+		c.ExtraFiles = []*os.File{a.File()}
+		require.NoError(t, c.Start())
+		cmds = append(cmds, c)
+	}
+	for _, c := range cmds {
+		require.NoError(t, c.Wait())
+	}
+	n, ok := m.Counter("children")
+	require.True(t, ok)
+	require.Equal(t, int64(3), n)
+	_, err = OpenMemfd("nosize")
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// A file whose boot id is not this boot's has no live owner: attaching
+// clears its locks and half-done writes.
+func TestRebootClearsLocks(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("m", WithSlots(64), WithStripes(4))
+	require.NoError(t, err)
+	require.NoError(t, m.Store("k", []byte("v")))
+	require.NoError(t, m.Store("x", []byte("w")))
+	// Leave every stripe held by this (live) process, and "x" mid-write.
+	for s := uint64(0); s < 4; s++ {
+		m.lock(s)
+	}
+	v, found := m.find("x", hashKey("x"))
+	require.True(t, found)
+	m.begin(m.stripeOf(hashKey("x")), v)
+	require.NoError(t, a.Close())
+
+	fake := proc.BootID()
+	fake[0] ^= 0xff
+	proc.SetBootIDForTest(&fake)
+	defer proc.SetBootIDForTest(nil)
+	b, err := Open(path)
+	require.NoError(t, err)
+	defer b.Close()
+	mb, err := b.Map("m", WithSlots(64), WithStripes(4))
+	require.NoError(t, err)
+	require.NoError(t, mb.Store("k2", []byte("v2")), "stripes are free again")
+	got, ok := mb.Load("k")
+	require.True(t, ok)
+	require.Equal(t, "v", string(got))
+	require.False(t, mb.Exists("x"), "the half-written slot became a tombstone")
+	require.Equal(t, 2, mb.Len())
+	require.Equal(t, 1, mb.Stats().Tombstones)
+}
+
+func TestErrorsAreDistinct(t *testing.T) {
+	all := []error{ErrClosed, ErrNotArena, ErrIncompatible, ErrSizeMismatch, ErrCorrupt, ErrSymlink,
+		ErrShape, ErrArenaFull, ErrEmptyKey, ErrTooLarge, ErrFull, ErrNotCounter, ErrEncoded, ErrEncode,
+		ErrTooManyGroups, ErrInvalid}
+	for i, a := range all {
+		for j, b := range all {
+			require.Equal(t, i == j, errors.Is(a, b))
+		}
+	}
+}
