@@ -1,0 +1,234 @@
+package shmarena
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Benchmarks compare the Map with its in-process floor, a Go map behind a
+// sync.RWMutex doing the same work (the value is copied out), in the same
+// run: compare ns/op of BenchmarkMap/X with BenchmarkRWMutexMap/X.
+// Shape: 24-byte keys, 64-byte values, a table 75% full.
+
+const (
+	benchSlots = 1 << 16
+	benchFill  = benchSlots * 3 / 4
+)
+
+func benchKey(i int) string { return fmt.Sprintf("key-%019d", i) } // 24 bytes
+
+type rwMap struct {
+	mu sync.RWMutex
+	m  map[string][]byte
+}
+
+func (r *rwMap) appendLoad(dst []byte, k string) ([]byte, bool) {
+	r.mu.RLock()
+	v, ok := r.m[k]
+	if ok {
+		dst = append(dst, v...)
+	}
+	r.mu.RUnlock()
+	return dst, ok
+}
+
+func (r *rwMap) store(k string, v []byte) {
+	r.mu.Lock()
+	old, ok := r.m[k]
+	if ok && len(old) == len(v) {
+		copy(old, v) // overwrite in place, as a slot does
+	} else {
+		r.m[k] = append([]byte(nil), v...)
+	}
+	r.mu.Unlock()
+}
+
+func (r *rwMap) add(k string, d int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := r.m[k]
+	if v == nil {
+		v = make([]byte, 8)
+		r.m[k] = v
+	}
+	n := int64(leUint64(v)) + d
+	for i := range 8 {
+		v[i] = byte(n >> (8 * i))
+	}
+	return n
+}
+
+func benchMap(b *testing.B) (*Map, []string) {
+	path := filepath.Join(b.TempDir(), "bench")
+	a, err := Open(path, WithSize(mapLength(benchSlots, 128, 64)+MinSize+4096))
+	require.NoError(b, err)
+	b.Cleanup(func() { a.Close() })
+	m, err := a.Map("bench", WithSlots(benchSlots), WithSlotSize(128))
+	require.NoError(b, err)
+	keys := make([]string, benchSlots)
+	val := make([]byte, 64)
+	for i := range keys {
+		keys[i] = benchKey(i)
+		if i < benchFill {
+			require.NoError(b, m.Store(keys[i], val))
+		}
+	}
+	return m, keys
+}
+
+func benchRW(keys []string) *rwMap {
+	r := &rwMap{m: make(map[string][]byte, benchSlots)}
+	for _, k := range keys[:benchFill] {
+		r.store(k, make([]byte, 64))
+	}
+	return r
+}
+
+func BenchmarkMap(b *testing.B) {
+	m, keys := benchMap(b)
+	val := make([]byte, 64)
+	b.Run("AppendLoadHit", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 128)
+		for i := 0; b.Loop(); i++ {
+			buf, _ = m.AppendLoad(buf[:0], keys[i%benchFill])
+		}
+	})
+	b.Run("AppendLoadMiss", func(b *testing.B) {
+		b.ReportAllocs()
+		buf := make([]byte, 0, 128)
+		for i := 0; b.Loop(); i++ {
+			buf, _ = m.AppendLoad(buf[:0], keys[benchFill+i%(benchSlots-benchFill)])
+		}
+	})
+	b.Run("Load", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			m.Load(keys[i%benchFill])
+		}
+	})
+	b.Run("Exists", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			m.Exists(keys[i%benchFill])
+		}
+	})
+	b.Run("StoreOverwrite", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			_ = m.Store(keys[i%benchFill], val)
+		}
+	})
+	b.Run("StoreNewKey", func(b *testing.B) {
+		b.ReportAllocs()
+		free := keys[benchFill:]
+		i := 0
+		for b.Loop() {
+			if i == len(free) {
+				b.StopTimer()
+				for _, k := range free {
+					m.Delete(k)
+				}
+				i = 0
+				b.StartTimer()
+			}
+			_ = m.Store(free[i], val)
+			i++
+		}
+		for _, k := range free {
+			m.Delete(k)
+		}
+	})
+	b.Run("Add", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			_, _ = m.Add("counter:"+keys[i%16][8:], 1)
+		}
+	})
+	b.Run("ParallelAppendLoad", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			buf := make([]byte, 0, 128)
+			i := 0
+			for pb.Next() {
+				buf, _ = m.AppendLoad(buf[:0], keys[i%benchFill])
+				i++
+			}
+		})
+	})
+}
+
+func BenchmarkRWMutexMap(b *testing.B) {
+	keys := make([]string, benchSlots)
+	for i := range keys {
+		keys[i] = benchKey(i)
+	}
+	r := benchRW(keys)
+	val := make([]byte, 64)
+	b.Run("AppendLoadHit", func(b *testing.B) {
+		buf := make([]byte, 0, 128)
+		for i := 0; b.Loop(); i++ {
+			buf, _ = r.appendLoad(buf[:0], keys[i%benchFill])
+		}
+	})
+	b.Run("AppendLoadMiss", func(b *testing.B) {
+		buf := make([]byte, 0, 128)
+		for i := 0; b.Loop(); i++ {
+			buf, _ = r.appendLoad(buf[:0], keys[benchFill+i%(benchSlots-benchFill)])
+		}
+	})
+	b.Run("Load", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			r.appendLoad(nil, keys[i%benchFill])
+		}
+	})
+	b.Run("Exists", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			r.mu.RLock()
+			_ = r.m[keys[i%benchFill]]
+			r.mu.RUnlock()
+		}
+	})
+	b.Run("StoreOverwrite", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			r.store(keys[i%benchFill], val)
+		}
+	})
+	b.Run("StoreNewKey", func(b *testing.B) {
+		free := keys[benchFill:]
+		i := 0
+		for b.Loop() {
+			if i == len(free) {
+				b.StopTimer()
+				r.mu.Lock()
+				for _, k := range free {
+					delete(r.m, k)
+				}
+				r.mu.Unlock()
+				i = 0
+				b.StartTimer()
+			}
+			r.store(free[i], val)
+			i++
+		}
+	})
+	b.Run("Add", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			r.add("counter:"+keys[i%16][8:], 1)
+		}
+	})
+	b.Run("ParallelAppendLoad", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			buf := make([]byte, 0, 128)
+			i := 0
+			for pb.Next() {
+				buf, _ = r.appendLoad(buf[:0], keys[i%benchFill])
+				i++
+			}
+		})
+	})
+}
