@@ -319,8 +319,8 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 	o := r.slotOff(s)
 	mem.Store64(b, o+rl.SBegin, s) // from here readers of s-slots see it lapped
 	mem.Store64(b, o+rl.SLens, uint64(len(topic))|uint64(len(payload))<<32)
-	mem.Write(b, o+rl.SBody, topic)
-	mem.Write(b, o+rl.SBody+len(topic), payload)
+	writeWords(b, o+rl.SBody, topic)
+	writeWords(b, o+rl.SBody+len(topic), payload)
 	if h := publishHook; h != nil {
 		h(s)
 	}
@@ -329,6 +329,25 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 	rlock.Release(b, lock)
 	r.wake()
 	return s, nil
+}
+
+// writeWords stores s at off like mem.Write, but moves whole aligned
+// words with one atomic store each; only the ragged ends go byte by byte.
+// The caller owns the slot (it holds the publish lock).
+func writeWords[S ~string | ~[]byte](b []byte, off int, s S) {
+	n, i := len(s), 0
+	if r := off & 7; r != 0 && n > 0 {
+		i = min(8-r, n)
+		mem.Write(b, off, s[:i])
+	}
+	for ; i+8 <= n; i += 8 {
+		w := s[i : i+8]
+		mem.Store64(b, off+i, uint64(w[0])|uint64(w[1])<<8|uint64(w[2])<<16|uint64(w[3])<<24|
+			uint64(w[4])<<32|uint64(w[5])<<40|uint64(w[6])<<48|uint64(w[7])<<56)
+	}
+	if i < n {
+		mem.Write(b, off+i, s[i:])
+	}
 }
 
 // wake bumps the futex word after a commit and wakes sleepers, making the
