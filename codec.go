@@ -5,6 +5,7 @@ import (
 	"encoding"
 	"fmt"
 	"iter"
+	"math"
 	"reflect"
 	"slices"
 	"sync"
@@ -375,6 +376,11 @@ func (t *TypedMap[V]) decode(key string, b []byte, v *V) (err error) {
 		st.r.Reset(nil)
 		decPool.Put(st)
 	}()
+	// msgpack sizes a collection by its declared count before reading it,
+	// so a corrupt count could exhaust memory: check every count first.
+	if err := msgpackValid(b); err != nil {
+		return fmt.Errorf("shmarena: map %q: key %q: %w: %v", t.m.name, key, ErrCorrupt, err)
+	}
 	if err := st.dec.Decode(v); err != nil {
 		return fmt.Errorf("shmarena: map %q: key %q: %w: %v", t.m.name, key, ErrCorrupt, err)
 	}
@@ -414,7 +420,7 @@ func decodeAnyMap(d *msgpack.Decoder) (any, error) {
 				um[k] = v
 			}
 		}
-		if !reflect.TypeOf(k).Comparable() {
+		if k != nil && !reflect.TypeOf(k).Comparable() {
 			return nil, fmt.Errorf("map key of type %T", k)
 		}
 		um[k] = v
@@ -521,11 +527,49 @@ func canonical(dst, src []byte, depth int) (out, rest []byte, err error) {
 		}
 		entries = append(entries, entry{k: scratch[start:mid:mid], kv: scratch[start:len(scratch):len(scratch)]})
 	}
-	slices.SortFunc(entries, func(a, b entry) int { return bytes.Compare(a.k, b.k) })
+	// Equal keys (NaNs) are ordered by their values, so the order is total.
+	slices.SortFunc(entries, func(a, b entry) int {
+		if c := bytes.Compare(a.k, b.k); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.kv, b.kv)
+	})
 	for _, e := range entries {
 		dst = append(dst, e.kv...)
 	}
 	return dst, src, nil
+}
+
+// msgpackValid checks that b is exactly one msgpack value whose every
+// length and count fits in b (each pending value takes at least a byte),
+// without recursion or allocation. After it, what a decoder allocates for
+// b is bounded by a small multiple of len(b).
+func msgpackValid(b []byte) error {
+	pending := 1
+	for pending > 0 {
+		head, n, isMap, err := msgpackHead(b)
+		if err != nil {
+			return err
+		}
+		b = b[head:]
+		pending--
+		if n > 0 {
+			if n > len(b) {
+				return fmt.Errorf("a collection declares %d entries, %d bytes remain", n, len(b))
+			}
+			if isMap {
+				n *= 2
+			}
+			if n > len(b)-pending {
+				return fmt.Errorf("a collection declares %d values, %d bytes remain", n, len(b))
+			}
+			pending += n
+		}
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("%d bytes after the value", len(b))
+	}
+	return nil
 }
 
 // msgpackHead decodes the head of the value at the start of b: for a map
@@ -536,15 +580,15 @@ func msgpackHead(b []byte) (head, n int, isMap bool, err error) {
 		return 0, 0, false, fmt.Errorf("truncated value")
 	}
 	c := b[0]
-	be := func(w int) (int, bool) {
+	be := func(w int) (int, bool) { // a big-endian length; no slot holds 2 GiB
 		if len(b) < 1+w {
 			return 0, false
 		}
-		v := 0
+		var v uint64
 		for _, x := range b[1 : 1+w] {
-			v = v<<8 | int(x)
+			v = v<<8 | uint64(x)
 		}
-		return v, true
+		return int(v), v <= math.MaxInt32
 	}
 	scalar := func(size int) (int, int, bool, error) {
 		if size > len(b) || size < 0 {
@@ -555,14 +599,14 @@ func msgpackHead(b []byte) (head, n int, isMap bool, err error) {
 	sized := func(w, extra int) (int, int, bool, error) { // length word of w bytes, then extra, then data
 		l, ok := be(w)
 		if !ok {
-			return 0, 0, false, fmt.Errorf("truncated length (code %#x)", c)
+			return 0, 0, false, fmt.Errorf("truncated or huge length (code %#x)", c)
 		}
 		return scalar(1 + w + extra + l)
 	}
 	coll := func(w int, m bool) (int, int, bool, error) {
 		l, ok := be(w)
 		if !ok {
-			return 0, 0, false, fmt.Errorf("truncated length (code %#x)", c)
+			return 0, 0, false, fmt.Errorf("truncated or huge length (code %#x)", c)
 		}
 		return 1 + w, l, m, nil
 	}

@@ -583,3 +583,44 @@ func TestCanonicalMatchesDecoder(t *testing.T) {
 		require.Error(t, err, "% x", bad)
 	}
 }
+
+// FuzzTypedMapDecode stores arbitrary bytes through the byte view: typed
+// reads report a value or ErrCorrupt, never panic, and the canonical pass
+// either fails or yields a fixed point that still decodes. (It may change
+// what a map with duplicate keys decodes to, last key winning; encodings
+// of Go values have no duplicate keys.)
+func FuzzTypedMapDecode(f *testing.F) {
+	for _, seed := range [][]byte{{0xc1}, {0x81, 0xc0, 0x01}, {0x82, 0x01, 0x02, 0x01, 0x03}, {0xdf, 0xff, 0xff, 0xff, 0xff}, {0xc7, 0x0c, 0xff}} {
+		f.Add(seed)
+	}
+	b, _ := msgpack.Marshal(richValue())
+	f.Add(b)
+	a, _ := tempArena(f, 8<<20)
+	rich, err := OpenTypedMap[codecRich](a, "rich", WithSlots(16), WithSlotSize(4096))
+	require.NoError(f, err)
+	anyMap, err := OpenTypedMap[any](a, "any", WithSlots(16), WithSlotSize(4096))
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 4000 {
+			return
+		}
+		require.NoError(t, rich.Bytes().Store("k", data))
+		if _, ok, err := rich.Load("k"); err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+			require.False(t, ok)
+		}
+		require.NoError(t, anyMap.Bytes().Store("k", data))
+		_, _, err1 := anyMap.Load("k")
+		c, rest, err := canonical(nil, data, 0)
+		if err != nil || len(rest) != 0 || err1 != nil {
+			return
+		}
+		c2, rest, err := canonical(nil, c, 0)
+		require.NoError(t, err)
+		require.Empty(t, rest)
+		require.Equal(t, c, c2, "canonical is idempotent")
+		require.NoError(t, anyMap.Bytes().Store("c", c))
+		_, _, err = anyMap.Load("c")
+		require.NoError(t, err)
+	})
+}
