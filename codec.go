@@ -24,9 +24,10 @@ import (
 // the entries of every map, at any depth, in a canonical order, so two
 // equal values encode to equal bytes. CompareAndSwap relies on this: it
 // compares encodings, not values (the rule Hazelcast's IMap follows for
-// its replace and remove-if-equal operations). Values that are equal in Go
-// but encode differently (a nil and an empty slice, +0 and -0, times in
-// different locations with the same instant... ) do not compare equal.
+// its replace and remove-if-equal operations). So a nil and an empty slice
+// or map, or +0.0 and -0.0, do not match although a Go program may treat
+// them alike, while a NaN matches a NaN; a time.Time is encoded as its
+// instant only, so the same instant in two locations matches.
 //
 // Decoding follows msgpack's rules, which are encoding/json's: fields of V
 // missing from an encoding are left zero and fields of the encoding that V
