@@ -106,7 +106,7 @@ var workShape = []RegionOption{WithSlots(1024), WithSlotSize(128)}
 
 func spinWork(n int) uint64 {
 	x := uint64(n)
-	for i := 0; i < 50000; i++ {
+	for i := 0; i < 500000; i++ { // about half a millisecond: long enough that every worker gets a turn
 		x = x*6364136223846793005 + 1442695040888963407
 	}
 	return x
