@@ -18,7 +18,7 @@ import (
 //
 //	0    slots          8  slot size      16 stripes      24 flags (1 = encoded)
 //	32   used | tombstones<<32            40 busy         48 full
-//	56   expired        64 recoveries
+//	56   expired        64 recoveries   72 longest probe distance of any insert
 //	128  stripes x 64 bytes: lock word, then the slot index+1 being written
 //	     (0 = none), so a recoverer knows which slot a dead writer held
 //	...  slots x slot size, 64-aligned
@@ -43,6 +43,7 @@ const (
 	mhFull       = 48
 	mhExpired    = 56
 	mhRecoveries = 64
+	mhMaxProbe   = 72
 
 	slotHeader = 32
 	sVersion   = 0
@@ -334,7 +335,8 @@ type view struct {
 func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
 	n0 := len(dst)
 	i := m.home(h)
-	for probes := uint64(0); probes < m.slots; probes++ {
+	limit := m.probeLimit()
+	for probes := uint64(0); probes < limit; probes++ {
 		off := m.slotOff(i)
 		for tries := 0; ; tries++ {
 			if tries == readRetries {
@@ -381,6 +383,25 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 		}
 	}
 	return v, dst, false
+}
+
+// probeLimit bounds a search for a key: no key sits further than the
+// longest distance any insert went from its home slot. It keeps a miss
+// short in a table whose empty slots have all become tombstones.
+func (m *Map) probeLimit() uint64 {
+	return min(mem.Load64(m.mem, m.base+mhMaxProbe), m.slots-1) + 1
+}
+
+// noteDistance raises the longest probe distance to cover slot i of a key
+// whose home is home, before the key is published.
+func (m *Map) noteDistance(home, i uint64) {
+	d := (i + m.slots - home) % m.slots
+	for {
+		cur := mem.Load64(m.mem, m.base+mhMaxProbe)
+		if cur >= d || mem.CAS64(m.mem, m.base+mhMaxProbe, cur, d) {
+			return
+		}
+	}
 }
 
 func (m *Map) appendValue(dst []byte, off int, meta uint64) []byte {
@@ -557,7 +578,11 @@ func (m *Map) find(key string, h uint64) (view, bool) {
 func (m *Map) locate(key string, h uint64) (v view, free view, found bool) {
 	free.off = -1
 	i := m.home(h)
+	limit := m.probeLimit()
 	for probes := uint64(0); probes < m.slots; probes++ {
+		if probes >= limit && free.off >= 0 {
+			return v, free, false // past every key's reach: it is absent
+		}
 		off := m.slotOff(i)
 		for {
 			ver := mem.Load64(m.mem, off+sVersion)
@@ -597,7 +622,7 @@ func (m *Map) locate(key string, h uint64) (v view, free view, found bool) {
 // claim takes a free slot for a new key, starting at free and moving on
 // when another stripe's writer takes it first. It returns the slot, begun
 // for writing by stripe s, and whether it was a tombstone.
-func (m *Map) claim(s uint64, free view) (off int, wasTomb bool, ok bool) {
+func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
 	if free.off < 0 {
 		return 0, false, false
 	}
@@ -610,6 +635,7 @@ func (m *Map) claim(s uint64, free view) (off int, wasTomb bool, ok bool) {
 		if ver&1 == 0 && (st == stateEmpty || st == stateTombstone) {
 			mem.Store64(m.mem, intent, i+1)
 			if mem.CAS64(m.mem, off+sVersion, ver, m.begun(ver, s)) {
+				m.noteDistance(m.home(h), i)
 				return off, st == stateTombstone, true
 			}
 		}
@@ -638,26 +664,35 @@ func (m *Map) end(off int) {
 
 func (m *Map) clearIntent(s uint64) { mem.Store64(m.mem, m.lockOff(s)+8, 0) }
 
-// fill writes an entry's fields into a slot being written.
-func fill[V ~string | ~[]byte](m *Map, off int, key string, h uint64, val V, flags uint64, deadline int64) {
-	mem.Store64(m.mem, off+sMeta, metaOf(stateLive, flags, len(key), len(val)))
-	mem.Store64(m.mem, off+sHash, h)
-	mem.Store64(m.mem, off+sDeadline, uint64(deadline))
-	mem.Write(m.mem, off+sData, key)
-	mem.Write(m.mem, off+sData+len(key), val)
+// An entry is what a write puts in a slot.
+type entry struct {
+	key      string
+	h        uint64
+	val      []byte
+	counter  bool
+	n        int64 // a counter's value
+	deadline int64
 }
 
-func (m *Map) fillCounter(off int, key string, h uint64, n int64, deadline int64) {
-	mem.Store64(m.mem, off+sMeta, metaOf(stateLive, flagCounter, len(key), 8))
-	mem.Store64(m.mem, off+sHash, h)
-	mem.Store64(m.mem, off+sDeadline, uint64(deadline))
-	mem.Store64(m.mem, off+sData, uint64(n))
-	mem.Write(m.mem, off+sData+8, key)
+// fill writes e's fields into a slot being written.
+func (m *Map) fill(off int, e *entry) {
+	if e.counter {
+		mem.Store64(m.mem, off+sMeta, metaOf(stateLive, flagCounter, len(e.key), 8))
+		mem.Store64(m.mem, off+sData, uint64(e.n))
+		mem.Write(m.mem, off+sData+8, e.key)
+	} else {
+		mem.Store64(m.mem, off+sMeta, metaOf(stateLive, 0, len(e.key), len(e.val)))
+		mem.Write(m.mem, off+sData, e.key)
+		mem.Write(m.mem, off+sData+len(e.key), e.val)
+	}
+	mem.Store64(m.mem, off+sHash, e.h)
+	mem.Store64(m.mem, off+sDeadline, uint64(e.deadline))
 }
 
 // remove makes the live slot v a tombstone. Caller holds stripe s.
 func (m *Map) remove(s uint64, v view) {
 	m.begin(s, v)
+	crashPoint("delete")
 	mem.Store64(m.mem, v.off+sMeta, metaOf(stateTombstone, 0, 0, 0))
 	mem.Store64(m.mem, v.off+sDeadline, 0)
 	m.end(v.off)
@@ -665,22 +700,25 @@ func (m *Map) remove(s uint64, v view) {
 	m.clearIntent(s)
 }
 
-// put writes key=val (or a counter) holding stripe s: over the key's slot
-// if it has one, else into a claimed free slot. deadline is absolute.
-func (m *Map) put(s uint64, key string, h uint64, v view, free view, found bool, write func(off int)) error {
+// put writes e holding stripe s: over the key's slot v if found, else
+// into a free slot claimed from free on.
+func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	if found {
 		m.begin(s, v)
-		write(v.off)
+		crashPoint("overwrite")
+		m.fill(v.off, e)
 		m.end(v.off)
 		m.clearIntent(s)
 		return nil
 	}
-	off, wasTomb, ok := m.claim(s, free)
+	off, wasTomb, ok := m.claim(s, e.h, free)
 	if !ok {
 		m.stat(mhFull)
 		return fmt.Errorf("shmarena: map %q: %w (%d slots)", m.name, ErrFull, m.slots)
 	}
-	write(off)
+	crashPoint("claimed")
+	m.fill(off, e)
+	crashPoint("insert")
 	m.end(off)
 	if wasTomb {
 		mem.Add64(m.mem, m.base+mhCounts, ^uint64(1<<32-2)) // used+1, tombstones-1 (1 - 1<<32)
@@ -689,6 +727,16 @@ func (m *Map) put(s uint64, key string, h uint64, v view, free view, found bool,
 	}
 	m.clearIntent(s)
 	return nil
+}
+
+// crashHook, when set by a test, is called inside the critical sections
+// named by point, so a test can kill the process there.
+var crashHook func(point string)
+
+func crashPoint(point string) {
+	if crashHook != nil {
+		crashHook(point)
+	}
 }
 
 func (m *Map) check(key string, vlen int) error {
@@ -741,8 +789,8 @@ func (m *Map) storeLocked(s uint64, key string, h uint64, value []byte, c writeC
 	if found && !live {
 		m.stat(mhExpired)
 	}
-	d := deadlineFor(c, v, live)
-	return m.put(s, key, h, v, free, found, func(off int) { fill(m, off, key, h, value, 0, d) })
+	e := entry{key: key, h: h, val: value, deadline: deadlineFor(c, v, live)}
+	return m.put(s, &e, v, free, found)
 }
 
 // Load returns a copy of key's value and true, or nil and false when the
@@ -866,7 +914,7 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 		return false, nil
 	}
 	m.begin(s, v)
-	fill(m, v.off, key, h, new, 0, v.deadline)
+	m.fill(v.off, &entry{key: key, h: h, val: new, deadline: v.deadline})
 	m.end(v.off)
 	m.clearIntent(s)
 	return true, nil
@@ -926,13 +974,14 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 		if metaFlags(v.meta)&flagCounter == 0 {
 			return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter)
 		}
+		crashPoint("add")
 		return int64(mem.Add64(m.mem, v.off+sData, uint64(delta))), nil
 	}
 	if found {
 		m.stat(mhExpired)
 	}
-	d := deadlineFor(writeOpts(opts), v, false)
-	if err := m.put(s, key, h, v, free, found, func(off int) { m.fillCounter(off, key, h, delta, d) }); err != nil {
+	e := entry{key: key, h: h, counter: true, n: delta, deadline: deadlineFor(writeOpts(opts), v, false)}
+	if err := m.put(s, &e, v, free, found); err != nil {
 		return 0, err
 	}
 	return delta, nil

@@ -56,10 +56,26 @@ func CAS32(b []byte, off int, old, new uint32) bool {
 // Ptr32 returns the address of the 32-bit word at off, for futex calls.
 func Ptr32(b []byte, off int) *uint32 { return p32(b, off) }
 
-// AppendBytes appends the n bytes at off to dst, reading them with atomic
-// word loads so that a concurrent writer is never a data race. The words
-// covering [off, off+n) must lie inside b.
-func AppendBytes(dst, b []byte, off, n int) []byte {
+// AppendBytes appends the n bytes at off to dst. The words covering
+// [off, off+n) must lie inside b. A concurrent writer may change them: the
+// caller detects that with a seqlock and discards the bytes.
+//
+// On amd64 (total store order, no load-load reordering) without the race
+// detector this is a plain copy. Elsewhere it reads with atomic word loads,
+// which keeps the race detector quiet and, on weakly ordered machines,
+// keeps the seqlock's closing version load after the data loads.
+func AppendBytes(dst, b []byte, off, n int) []byte { return appendBytes(dst, b, off, n) }
+
+// Equal reports whether the len(s) bytes at off equal s (see AppendBytes
+// for how they are read).
+func Equal[S ~string | ~[]byte](b []byte, off int, s S) bool { return equal(b, off, s) }
+
+// Write stores s at off, preserving the bytes of the first and last words
+// that lie outside [off, off+len(s)). The caller must be the only writer of
+// those words (see AppendBytes for how they are written).
+func Write[S ~string | ~[]byte](b []byte, off int, s S) { write(b, off, s) }
+
+func atomicAppendBytes(dst, b []byte, off, n int) []byte {
 	if n == 0 {
 		return dst
 	}
@@ -82,9 +98,7 @@ func AppendBytes(dst, b []byte, off, n int) []byte {
 	return dst
 }
 
-// Equal reports whether the len(s) bytes at off equal s, reading with
-// atomic word loads.
-func Equal[S ~string | ~[]byte](b []byte, off int, s S) bool {
+func atomicEqual[S ~string | ~[]byte](b []byte, off int, s S) bool {
 	n := len(s)
 	if n == 0 {
 		return true
@@ -109,10 +123,7 @@ func Equal[S ~string | ~[]byte](b []byte, off int, s S) bool {
 	return true
 }
 
-// Write stores s at off with atomic word stores, preserving the bytes of
-// the first and last words that lie outside [off, off+len(s)). The caller
-// must be the only writer of those words.
-func Write[S ~string | ~[]byte](b []byte, off int, s S) {
+func atomicWrite[S ~string | ~[]byte](b []byte, off int, s S) {
 	n := len(s)
 	if n == 0 {
 		return

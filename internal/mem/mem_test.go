@@ -31,3 +31,22 @@ func TestWriteAppendEqual(t *testing.T) {
 		}
 	}
 }
+
+// The atomic variants are what weakly ordered and race builds use; test
+// them on every build.
+func TestAtomicVariants(t *testing.T) {
+	for off := 0; off < 16; off++ {
+		for n := 0; n < 40; n++ {
+			b := bytes.Repeat([]byte{0xAA}, 64)
+			src := make([]byte, n)
+			for i := range src {
+				src[i] = byte(i + 1)
+			}
+			atomicWrite(b, off, src)
+			require.Equal(t, src, atomicAppendBytes([]byte{}, b, off, n))
+			require.True(t, atomicEqual(b, off, string(src)))
+			require.Equal(t, bytes.Repeat([]byte{0xAA}, off), b[:off])
+			require.Equal(t, bytes.Repeat([]byte{0xAA}, 64-off-n), b[off+n:])
+		}
+	}
+}
