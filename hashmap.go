@@ -21,6 +21,7 @@ import (
 //	56   expired        64 recoveries   72 longest probe distance of any insert
 //	128  stripes x 64 bytes: lock word, then the slot index+1 being written
 //	     (0 = none), so a recoverer knows which slot a dead writer held
+//	...  one tag byte per slot, 64-aligned (see tagOf)
 //	...  slots x slot size, 64-aligned
 //
 // A slot:
@@ -94,6 +95,7 @@ type Map struct {
 	name     string
 	mem      []byte
 	base     int // region offset
+	tagBase  int // one byte per slot: 0 never claimed, 1 unknown, else tagOf(hash)
 	slotBase int
 	slots    uint64
 	slotSize int
@@ -183,8 +185,10 @@ func checkMapShape(slots, slotSize, stripes int64) error {
 }
 
 func mapLength(slots, slotSize, stripes int64) int64 {
-	return mapHeader + layout.Align(stripes*stripeStride) + slots*slotSize
+	return tagsOffset(stripes) + layout.Align(slots) + slots*slotSize
 }
+
+func tagsOffset(stripes int64) int64 { return mapHeader + layout.Align(stripes*stripeStride) }
 
 func newMap(a *Arena, e layout.Entry) *Map {
 	slots, slotSize, stripes := e.Params[0], int(e.Params[1]), e.Params[2]
@@ -193,7 +197,8 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		name:     e.Name,
 		mem:      a.mem,
 		base:     int(e.Offset),
-		slotBase: int(e.Offset) + mapHeader + int(layout.Align(int64(stripes)*stripeStride)),
+		tagBase:  int(e.Offset) + int(tagsOffset(int64(stripes))),
+		slotBase: int(e.Offset) + int(tagsOffset(int64(stripes))+layout.Align(int64(slots))),
 		slots:    slots,
 		slotSize: slotSize,
 		stripes:  stripes,
@@ -285,6 +290,39 @@ func (m *Map) stripeOf(h uint64) uint64 {
 
 func (m *Map) slotOff(i uint64) int { return m.slotBase + int(i)*m.slotSize }
 
+// Tags let a search skip slots without touching them: 64 slots' tags share
+// a cache line. A slot's tag is 0 until someone tries to claim it (the
+// claimer sets it to tagUnknown before its compare-and-swap and to the
+// key's tag after winning), and never returns to 0. So a tag of 0 proves
+// the slot empty and ends a search, and a tag that is neither tagUnknown
+// nor the key's own proves the slot holds (or held) another key. Any other
+// tag sends the reader to the slot itself, whose seqlock decides.
+const tagUnknown = 1
+
+// tagOf takes bits 32-39 of the hash: the home slot comes from the top
+// bits and the stripe from bits 0-31, so the tag is independent of both.
+func tagOf(h uint64) byte {
+	t := byte(h >> 32)
+	if t <= tagUnknown {
+		t += 2
+	}
+	return t
+}
+
+func (m *Map) tagWord(i uint64) uint64 { return mem.Load64(m.mem, m.tagBase+int(i>>3)<<3) }
+
+func (m *Map) setTag(i uint64, t byte) {
+	off := m.tagBase + int(i>>3)<<3
+	shift := (i & 7) * 8
+	for {
+		w := mem.Load64(m.mem, off)
+		nw := w&^(0xff<<shift) | uint64(t)<<shift
+		if w == nw || mem.CAS64(m.mem, off, w, nw) {
+			return
+		}
+	}
+}
+
 func (m *Map) lockOff(s uint64) int { return m.base + mapHeader + int(s)*stripeStride }
 
 func (m *Map) stat(field int) { mem.Add64(m.mem, m.base+field, 1) }
@@ -336,7 +374,22 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 	n0 := len(dst)
 	i := m.home(h)
 	limit := m.probeLimit()
+	wantTag := tagOf(h)
+	tags := m.tagWord(i)
 	for probes := uint64(0); probes < limit; probes++ {
+		if probes > 0 && i&7 == 0 {
+			tags = m.tagWord(i)
+		}
+		switch t := byte(tags >> ((i & 7) * 8)); {
+		case t == 0:
+			return v, dst, false
+		case t != wantTag && t != tagUnknown:
+			if i++; i == m.slots {
+				i = 0
+				tags = m.tagWord(0)
+			}
+			continue
+		}
 		off := m.slotOff(i)
 		for tries := 0; ; tries++ {
 			if tries == readRetries {
@@ -380,6 +433,7 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 		}
 		if i++; i == m.slots {
 			i = 0
+			tags = m.tagWord(0)
 		}
 	}
 	return v, dst, false
@@ -569,13 +623,17 @@ func (m *Map) count() {
 // find looks key up holding its stripe. Only holders of the stripe change
 // a slot holding the key, so the view stays valid until unlock.
 func (m *Map) find(key string, h uint64) (view, bool) {
-	v, _, found := m.locate(key, h)
+	v, _, found := m.locate(key, h, m.stripeOf(h))
 	return v, found
 }
 
 // locate finds key's slot, lapsed or not, or else the first slot an insert
 // may claim (free.off < 0 when the probe met no free slot).
-func (m *Map) locate(key string, h uint64) (v view, free view, found bool) {
+//
+// A lapsed entry of another key met before any free slot is collected on
+// the way (if its stripe can be had without waiting) and offered as the
+// free slot, so keys with deadlines do not fill the table for good.
+func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found bool) {
 	free.off = -1
 	i := m.home(h)
 	limit := m.probeLimit()
@@ -609,6 +667,10 @@ func (m *Map) locate(key string, h uint64) (v view, free view, found bool) {
 				return v, free, false
 			case st == stateTombstone && free.off < 0:
 				free = sv
+			case st == stateLive && free.off < 0 && deadline != 0 && lapsed(deadline):
+				if r, ok := m.reclaim(s, sv); ok {
+					free = r
+				}
 			}
 			break
 		}
@@ -617,6 +679,30 @@ func (m *Map) locate(key string, h uint64) (v view, free view, found bool) {
 		}
 	}
 	return v, free, false
+}
+
+// reclaim turns another key's lapsed entry into a tombstone and returns
+// its new view. The caller holds stripe s; the entry's stripe, if another,
+// is taken only if free now, so two writers never wait on each other.
+func (m *Map) reclaim(s uint64, v view) (view, bool) {
+	other := m.stripeOf(mem.Load64(m.mem, v.off+sHash))
+	if other != s {
+		// Only a free lock: taking over a dead owner's means a recount,
+		// which needs every stripe, and we hold one.
+		if !mem.CAS64(m.mem, m.lockOff(other), 0, uint64(m.a.self)) {
+			return v, false
+		}
+		defer m.unlock(other)
+	}
+	if mem.Load64(m.mem, v.off+sVersion) != v.ver {
+		return v, false
+	}
+	m.remove(other, v)
+	m.stat(mhExpired)
+	v.ver = mem.Load64(m.mem, v.off+sVersion)
+	v.meta = mem.Load64(m.mem, v.off+sMeta)
+	v.deadline = 0
+	return v, true
 }
 
 // claim takes a free slot for a new key, starting at free and moving on
@@ -634,7 +720,9 @@ func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
 		st := metaState(mem.Load64(m.mem, off+sMeta))
 		if ver&1 == 0 && (st == stateEmpty || st == stateTombstone) {
 			mem.Store64(m.mem, intent, i+1)
+			m.setTag(i, tagUnknown)
 			if mem.CAS64(m.mem, off+sVersion, ver, m.begun(ver, s)) {
+				m.setTag(i, tagOf(h))
 				m.noteDistance(m.home(h), i)
 				return off, st == stateTombstone, true
 			}
@@ -784,7 +872,7 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
 }
 
 func (m *Map) storeLocked(s uint64, key string, h uint64, value []byte, c writeConfig) error {
-	v, free, found := m.locate(key, h)
+	v, free, found := m.locate(key, h, s)
 	live := found && !lapsed(v.deadline)
 	if found && !live {
 		m.stat(mhExpired)
@@ -969,7 +1057,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 	s := m.stripeOf(h)
 	m.lock(s)
 	defer m.unlock(s)
-	v, free, found := m.locate(key, h)
+	v, free, found := m.locate(key, h, s)
 	if found && !lapsed(v.deadline) {
 		if metaFlags(v.meta)&flagCounter == 0 {
 			return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter)

@@ -47,27 +47,31 @@ func WithSlotSize(bytes int) RegionOption {
 // stripes never wait for each other.
 func WithStripes(n int) RegionOption { return func(c *regionConfig) { c.stripes = int64(n) } }
 
-// A WriteOption modifies one write to a map.
-type WriteOption func(*writeConfig)
-
-type writeConfig struct {
+// A WriteOption modifies one write to a map. It is a value rather than a
+// function so that passing one costs no allocation on the write path.
+type WriteOption struct {
 	ttl     time.Duration
 	keepTTL bool
 }
 
+type writeConfig = WriteOption
+
 // WithTTL gives the entry a wall-clock deadline ttl from now, after which
 // every process reads the key as absent. A ttl <= 0 means no deadline.
-func WithTTL(ttl time.Duration) WriteOption { return func(c *writeConfig) { c.ttl = ttl } }
+func WithTTL(ttl time.Duration) WriteOption { return WriteOption{ttl: ttl} }
 
 // WithKeepTTL keeps the deadline the key already has when it is
 // overwritten, as Redis SET's KEEPTTL does; without it a write replaces the
 // deadline. A new key gets no deadline from it.
-func WithKeepTTL() WriteOption { return func(c *writeConfig) { c.keepTTL = true } }
+func WithKeepTTL() WriteOption { return WriteOption{keepTTL: true} }
 
 func writeOpts(opts []WriteOption) writeConfig {
 	var c writeConfig
 	for _, o := range opts {
-		o(&c)
+		if o.ttl != 0 {
+			c.ttl = o.ttl
+		}
+		c.keepTTL = c.keepTTL || o.keepTTL
 	}
 	return c
 }
