@@ -48,14 +48,14 @@ func asChild(roles map[string]func(path, arg string) error) {
 	os.Exit(0)
 }
 
-type child struct {
+type ringChild struct {
 	cmd *exec.Cmd
 	out bytes.Buffer
 }
 
-func startChild(t testing.TB, test, role, path, arg string) *child {
+func startChild(t testing.TB, test, role, path, arg string) *ringChild {
 	t.Helper()
-	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.bench=^$", "-test.count=1", "-test.timeout=5m")}
+	c := &ringChild{cmd: exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.bench=^$", "-test.count=1", "-test.timeout=5m")}
 	c.cmd.Env = append(os.Environ(), envRole+"="+role, envPath+"="+path, envArg+"="+arg)
 	c.cmd.Stdout = &c.out
 	c.cmd.Stderr = os.Stderr
@@ -66,7 +66,7 @@ func startChild(t testing.TB, test, role, path, arg string) *child {
 
 // wait waits for the child to exit with status 0 and returns the fields
 // of its RESULT line.
-func (c *child) wait(t testing.TB) []string {
+func (c *ringChild) wait(t testing.TB) []string {
 	t.Helper()
 	require.NoError(t, c.cmd.Wait(), "child %v", c.cmd.Env[len(c.cmd.Env)-3:])
 	for _, line := range strings.Split(c.out.String(), "\n") {
@@ -160,7 +160,7 @@ func TestGroupWorkersExactlyOnce(t *testing.T) {
 	ready := ctl.Cursor()
 
 	const workers, jobs = 4, 400
-	var kids []*child
+	var kids []*ringChild
 	for i := 0; i < workers; i++ {
 		kids = append(kids, startChild(t, "TestGroupWorkersExactlyOnce", "worker", path, ""))
 	}
@@ -307,7 +307,7 @@ func TestCursorsSeeEveryRecord(t *testing.T) {
 	ctl, err := a.Ring("ctl", WithSlots(64), WithSlotSize(64))
 	require.NoError(t, err)
 	ready := ctl.Cursor()
-	var readers, producers []*child
+	var readers, producers []*ringChild
 	for i := 0; i < bcReaders; i++ {
 		readers = append(readers, startChild(t, "TestCursorsSeeEveryRecord", "reader", path, ""))
 	}
