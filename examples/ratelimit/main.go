@@ -22,9 +22,18 @@
 // GET /stats returns the map's shared Stats and each worker's served,
 // allowed and denied counts, which the workers also keep in the shared map.
 //
+// A request whose Add completes more than a window after its window ended
+// (a stall) is denied with X-Ratelimit-Late: 1, since its window's counter
+// may have lapsed and restarted: the limiter fails closed.
+//
+// Each worker also keeps its own totals in the map, allowed and denied in
+// all ("worker:<i>:allowed") and per window ("win:<window>:w<i>:allowed",
+// same TTL), from which -serve prints a line per window. Only that worker
+// writes them, so workers never wait for each other on a hot key.
+//
 // Expiry in a shmarena map is lazy and an insert does not reuse another
 // key's lapsed slot, so the supervisor sweeps once per window: it notes the
-// counters of finished windows and, three windows later, reads each once,
+// keys of finished windows and, three windows later, reads each once,
 // which turns the lapsed entry into a reusable tombstone.
 //
 // Run with no flags, the program drives itself: a built-in load generator
@@ -376,9 +385,9 @@ func cleanup(c config, a *shmarena.Arena, ws []*worker) {
 }
 
 // serveProgress prints a line for each window that saw traffic, just after
-// it ends, and sweeps lapsed counters, until ctx ends.
+// it ends, from the per-window totals the workers keep in the map, and
+// sweeps lapsed counters, until ctx ends.
 func serveProgress(ctx context.Context, c config, m *shmarena.Map, s *sweeper) {
-	prev := make([]workerCount, c.workers)
 	for {
 		win := windowOf(time.Now(), c.window)
 		select {
@@ -388,23 +397,20 @@ func serveProgress(ctx context.Context, c config, m *shmarena.Map, s *sweeper) {
 		case <-time.After(time.Until(windowStart(win+1, c.window).Add(c.window / 20))):
 		}
 		reaped := s.sweep(time.Now(), c.window)
-		cur := readWorkerCounts(m, c.workers)
-		var served, allowed, denied int64
+		var allowed, denied int64
 		var per []string
-		for i := range cur {
-			d := cur[i].Served - prev[i].Served
-			served += d
-			allowed += cur[i].Allowed - prev[i].Allowed
-			denied += cur[i].Denied - prev[i].Denied
-			per = append(per, fmt.Sprintf("w%d +%d", i, d))
+		for i := range c.workers {
+			a, _ := m.Counter(windowKey(win, i, "allowed"))
+			d, _ := m.Counter(windowKey(win, i, "denied"))
+			allowed, denied = allowed+a, denied+d
+			per = append(per, fmt.Sprintf("w%d %d", i, a+d))
 		}
-		prev = cur
-		if served == 0 && reaped == 0 {
+		if allowed+denied == 0 {
 			continue
 		}
 		st := m.Stats()
-		fmt.Printf("window %d: served +%d (allowed +%d, denied +%d) [%s]; map used %d, tombstones %d, swept %d\n",
-			win, served, allowed, denied, strings.Join(per, " "), st.Used, st.Tombstones, reaped)
+		fmt.Printf("window %d: served %d (allowed %d, denied %d) [%s]; map used %d, tombstones %d, swept %d\n",
+			win, allowed+denied, allowed, denied, strings.Join(per, " "), st.Used, st.Tombstones, reaped)
 	}
 }
 
@@ -431,12 +437,7 @@ func (s *sweeper) sweep(now time.Time, w time.Duration) (reaped int) {
 		}
 	}
 	for k := range s.m.Keys() {
-		if !strings.HasPrefix(k, "rl:") {
-			continue
-		}
-		i := strings.LastIndexByte(k, ':')
-		win, err := strconv.ParseInt(k[i+1:], 10, 64)
-		if err == nil && win < cur {
+		if win, ok := keyWindow(k); ok && win < cur {
 			s.pending[k] = win
 		}
 	}

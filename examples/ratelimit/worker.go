@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,11 +24,10 @@ import (
 
 // server is one worker's HTTP handler state.
 type server struct {
-	c      config
-	m      *shmarena.Map
-	served string // this worker's counter keys in the shared map
-	allow  string
-	deny   string
+	c     config
+	m     *shmarena.Map
+	allow string // this worker's counter keys in the shared map
+	deny  string
 
 	mu    sync.Mutex // -local only: this worker's private counters
 	local map[string]int64
@@ -55,10 +55,9 @@ func runWorker(c config) error {
 	}
 	s := &server{
 		c: c, m: m,
-		served: workerKey(c.id, "served"),
-		allow:  workerKey(c.id, "allowed"),
-		deny:   workerKey(c.id, "denied"),
-		local:  map[string]int64{},
+		allow: workerKey(c.id, "allowed"),
+		deny:  workerKey(c.id, "denied"),
+		local: map[string]int64{},
 	}
 
 	lc := net.ListenConfig{Control: reusePort}
@@ -100,6 +99,27 @@ func reusePort(network, address string, rc syscall.RawConn) error {
 }
 
 func workerKey(id int, what string) string { return "worker:" + strconv.Itoa(id) + ":" + what }
+
+// windowKey names a worker's per-window total: "win:<window>:w<id>:<what>".
+func windowKey(win int64, id int, what string) string {
+	return "win:" + strconv.FormatInt(win, 10) + ":w" + strconv.Itoa(id) + ":" + what
+}
+
+// keyWindow returns the window number in a per-window key: a client's
+// counter "rl:<client>:<window>" or a total "win:<window>:w<id>:<what>".
+func keyWindow(k string) (int64, bool) {
+	var num string
+	switch {
+	case strings.HasPrefix(k, "rl:"):
+		num = k[strings.LastIndexByte(k, ':')+1:]
+	case strings.HasPrefix(k, "win:"):
+		num, _, _ = strings.Cut(k[len("win:"):], ":")
+	default:
+		return 0, false
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	return n, err == nil
+}
 
 // clientID names the client a request counts against: its X-Client-ID
 // header, else its remote IP address. Long IDs are hashed so every key
@@ -145,8 +165,12 @@ func (s *server) limited(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "rate limiter: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	}
-	_, _ = s.m.Add(s.served, 1)
 	limit := int64(s.c.limit)
+	// A counter lives at least one window past its own (TTL 2W from its
+	// first request). A request that reached Add later than that, after
+	// a stall, may have restarted a lapsed counter at 1: its answer cannot
+	// be trusted, so it fails closed.
+	late := time.Since(windowStart(win+1, s.c.window)) >= s.c.window
 	reset := windowStart(win+1, s.c.window).Sub(now)
 	resetSec := strconv.FormatInt(int64((reset+time.Second-1)/time.Second), 10) // ceil, at least 1
 	h := w.Header()
@@ -155,16 +179,27 @@ func (s *server) limited(w http.ResponseWriter, r *http.Request) {
 	h.Set("RateLimit-Reset", resetSec)
 	h.Set("X-Ratelimit-Window", strconv.FormatInt(win, 10))
 	h.Set("X-Worker", strconv.Itoa(s.c.id))
-	if n > limit {
+	// Counters this worker alone writes, so workers never wait for each
+	// other on them: totals for /stats, per window for the progress lines.
+	wttl := shmarena.WithTTL(2 * s.c.window)
+	if n > limit || late {
 		_, _ = s.m.Add(s.deny, 1)
+		_, _ = s.m.Add(s.winDenied(win), 1, wttl)
+		if late {
+			h.Set("X-Ratelimit-Late", "1")
+		}
 		h.Set("Retry-After", resetSec)
 		http.Error(w, fmt.Sprintf("rate limit exceeded: %d requests per %v; retry in %v", limit, s.c.window, reset.Round(time.Millisecond)),
 			http.StatusTooManyRequests)
 		return
 	}
 	_, _ = s.m.Add(s.allow, 1)
+	_, _ = s.m.Add(s.winAllowed(win), 1, wttl)
 	fmt.Fprintf(w, "ok: client %s, request %d of %d in window %d, worker %d\n", client, n, limit, win, s.c.id)
 }
+
+func (s *server) winAllowed(win int64) string { return windowKey(win, s.c.id, "allowed") }
+func (s *server) winDenied(win int64) string  { return windowKey(win, s.c.id, "denied") }
 
 // workerCount is one worker's counters, read from the shared map.
 type workerCount struct {
@@ -178,9 +213,9 @@ func readWorkerCounts(m *shmarena.Map, n int) []workerCount {
 	out := make([]workerCount, n)
 	for i := range out {
 		out[i].Worker = i
-		out[i].Served, _ = m.Counter(workerKey(i, "served"))
 		out[i].Allowed, _ = m.Counter(workerKey(i, "allowed"))
 		out[i].Denied, _ = m.Counter(workerKey(i, "denied"))
+		out[i].Served = out[i].Allowed + out[i].Denied
 	}
 	return out
 }
