@@ -116,7 +116,7 @@ type MapStats struct {
 }
 
 func init() {
-	kinds[KindMap] = kindOps{validate: validateMapRegion, reset: resetMapRegion}
+	kinds[KindMap] = kindOps{validate: validateMapRegion, reset: resetMapRegion, locks: mapLocks}
 }
 
 // Map returns the map named name, creating it with the given shape if the
@@ -229,6 +229,16 @@ func validateMapRegion(b []byte, e layout.Entry) error {
 		}
 	}
 	return nil
+}
+
+// mapLocks lists a map region's stripe lock words.
+func mapLocks(e layout.Entry) []int {
+	stripes := min(e.Params[2], maxStripes)
+	offs := make([]int, 0, stripes)
+	for s := uint64(0); s < stripes; s++ {
+		offs = append(offs, int(e.Offset)+mapHeader+int(s)*stripeStride)
+	}
+	return offs
 }
 
 // resetMapRegion clears the locks and half-written slots that processes of
