@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -139,10 +140,16 @@ func create(path string, cfg openConfig) (*Arena, error) {
 		return nil, fmt.Errorf("shmarena: create %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
-	a, err := initFile(f, path, cfg)
+	// Between our O_EXCL create and our flock another process may find the
+	// empty file, take it for an interrupted create and build it. So the
+	// creator goes through attach too: under the flock, an empty file is
+	// built and a built one validated.
+	a, err := attachLocked(f, path, cfg)
 	if err != nil {
-		// We made it and hold the flock: leave nothing behind.
-		_ = os.Remove(path)
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Size == 0 {
+			_ = os.Remove(path) // nothing was built: leave nothing behind
+		}
 		f.Close()
 		return nil, err
 	}
@@ -374,7 +381,7 @@ func (a *Arena) Processes() ([]int, error) {
 	var pids []int
 	for i := 0; i < layout.ProcSlots; i++ {
 		t := proc.Token(mem.Load64(a.mem, layout.ProcSlotOff(i)))
-		if t != 0 && proc.Alive(t) {
+		if t != 0 && proc.Alive(t) && !slices.Contains(pids, t.Pid()) {
 			pids = append(pids, t.Pid())
 		}
 	}
@@ -415,6 +422,9 @@ func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
 // The arena takes its own duplicate of the descriptor; the caller may close
 // f afterwards. Validation and errors are as for Open.
 func OpenFile(f *os.File, opts ...OpenOption) (*Arena, error) {
+	if f == nil {
+		return nil, fmt.Errorf("shmarena: open: %w: nil file", ErrInvalid)
+	}
 	cfg := openConfig{}
 	for _, o := range opts {
 		o(&cfg)
@@ -481,7 +491,10 @@ func (a *Arena) Regions() []RegionInfo {
 // file and closes it. The file stays for other processes (remove it
 // yourself when none need it). After Close every method of the arena and
 // of everything carved from it returns ErrClosed (or false or zero); an
-// operation racing with Close reads private zero pages, never faults.
+// operation racing with Close reads private zero pages, never faults. A
+// write still holding a lock 100 ms into Close (such as a slow Update
+// function) is let finish in the file: the mapping then stays for the life
+// of the process.
 // Close returns ErrClosed when called again.
 func (a *Arena) Close() error {
 	a.mu.Lock()
@@ -493,8 +506,10 @@ func (a *Arena) Close() error {
 		mem.CAS64(a.mem, layout.ProcSlotOff(a.slot), uint64(a.self), 0)
 	}
 	wakeAllOnClose(a.mem)
-	a.awaitOwnLocks()
-	err := mapping.Retire(a.mem)
+	var err error
+	if a.awaitOwnLocks() {
+		err = mapping.Retire(a.mem)
+	}
 	if cerr := a.f.Close(); err == nil {
 		err = cerr
 	}
@@ -505,12 +520,14 @@ func (a *Arena) Close() error {
 }
 
 // awaitOwnLocks gives operations that passed their closed check before
-// Close a moment to release the locks they hold: a lock released into the
-// retired (private) mapping would stay held in the file while this process
-// lives, stalling every other process. Operations hold a lock for
-// microseconds; the wait is bounded in case another handle of this process
-// on the same file holds one.
-func (a *Arena) awaitOwnLocks() {
+// Close a moment to release the locks they hold, and reports whether none
+// is held any more. A lock released into a retired (private) mapping would
+// stay held in the file while this process lives, stalling every other
+// process; so when one is still held after the wait (a slow Update
+// function, a descheduled writer, or another handle of this process on the
+// same file), Close leaves the mapping in place for the life of the
+// process and the operation finishes in the file.
+func (a *Arena) awaitOwnLocks() bool {
 	var offs []int
 	for i := 0; i < layout.DirEntries; i++ {
 		if mem.Load32(a.mem, layout.OffDir+i*layout.EntrySize) != layout.EntryReady {
@@ -523,10 +540,14 @@ func (a *Arena) awaitOwnLocks() {
 	}
 	deadline := time.Now().Add(100 * time.Millisecond)
 	for _, off := range offs {
-		for off+8 <= len(a.mem) && mem.Load64(a.mem, off) == uint64(a.self) && time.Now().Before(deadline) {
+		for off+8 <= len(a.mem) && mem.Load64(a.mem, off) == uint64(a.self) {
+			if time.Now().After(deadline) {
+				return false
+			}
 			time.Sleep(50 * time.Microsecond)
 		}
 	}
+	return true
 }
 
 // wakeAllOnClose is set by region kinds that put sleepers on futex words,

@@ -388,3 +388,74 @@ func TestCloseWaitsForHeldLocks(t *testing.T) {
 	require.Zero(t, uint64(rlock.Owner(b.mem, mb.lockOff(2))), "the lock was released in the file")
 	require.NoError(t, mb.Store("k", []byte("v")))
 }
+
+func init() {
+	childRoles["racing-create"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"), WithSize(1<<20))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		name := "m" + os.Getenv("SHMARENA_ID")
+		m, err := a.Map(name, WithSlots(16))
+		if err != nil {
+			return err
+		}
+		return m.Store("owner", []byte(name))
+	}
+}
+
+// Processes creating the same arena at once all end up in one valid
+// file, whoever wins the create: none rebuilds what another built.
+func TestRacingCreate(t *testing.T) {
+	rounds := 15
+	if testing.Short() {
+		rounds = 3
+	}
+	for r := range rounds {
+		path := filepath.Join(t.TempDir(), "a")
+		runChildren(t, "racing-create", 4, "SHMARENA_PATH="+path)
+		a, err := Open(path)
+		require.NoError(t, err, "round %d", r)
+		require.Len(t, a.Regions(), 4)
+		for i := range 4 {
+			name := "m" + string(rune('0'+i))
+			m, err := a.Map(name, WithSlots(16))
+			require.NoError(t, err)
+			v, ok := m.Load("owner")
+			require.True(t, ok)
+			require.Equal(t, name, string(v), "maps must not share bytes")
+		}
+		require.NoError(t, a.Close())
+	}
+}
+
+// A write still holding its lock well into Close finishes in the file.
+func TestCloseLetsSlowWriteFinish(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("m", WithStripes(4))
+	require.NoError(t, err)
+	b, err := Open(path)
+	require.NoError(t, err)
+	defer b.Close()
+	mb, err := b.Map("m", WithStripes(4))
+	require.NoError(t, err)
+	m.lock(1)
+	done := make(chan struct{})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		m.unlock(1)
+		close(done)
+	}()
+	require.NoError(t, a.Close())
+	<-done
+	require.Zero(t, uint64(rlock.Owner(b.mem, mb.lockOff(1))))
+	for i := range 64 {
+		require.NoError(t, mb.Store(string(rune('a'+i)), []byte("v")), "every stripe is free")
+	}
+}
+
+func TestOpenFileNil(t *testing.T) {
+	_, err := OpenFile(nil)
+	require.ErrorIs(t, err, ErrInvalid)
+}

@@ -3,6 +3,7 @@ package shmarena
 import (
 	"fmt"
 	"iter"
+	"math"
 	"math/bits"
 	"runtime"
 	"time"
@@ -364,6 +365,17 @@ func (m *Map) valid(meta uint64) bool {
 }
 
 func now() int64 { return time.Now().UnixNano() }
+
+// deadlineAfter returns the deadline ttl (> 0) from now, saturating at the
+// largest time rather than wrapping into the past: a "forever" TTL such as
+// math.MaxInt64 must not expire the entry at once.
+func deadlineAfter(ttl time.Duration) int64 {
+	n := now()
+	if int64(ttl) > math.MaxInt64-n {
+		return math.MaxInt64
+	}
+	return n + int64(ttl)
+}
 
 func lapsed(deadline int64) bool { return deadline != 0 && deadline <= now() }
 
@@ -906,7 +918,7 @@ func (m *Map) check(key string, vlen int) error {
 func deadlineFor(c writeConfig, v view, live bool) int64 {
 	switch {
 	case c.ttl > 0:
-		return now() + int64(c.ttl)
+		return deadlineAfter(c.ttl)
 	case c.keepTTL && live:
 		return v.deadline
 	}
@@ -1108,11 +1120,11 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 // counterpart: one atomic add under the key's stripe lock, so an Add never
 // lands on a slot that was deleted and reused meanwhile.
 func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
-	if m.encoded {
-		return 0, fmt.Errorf("shmarena: map %q: %w", m.name, ErrEncoded)
-	}
 	if err := m.check(key, 8); err != nil {
 		return 0, err
+	}
+	if m.encoded {
+		return 0, fmt.Errorf("shmarena: map %q: %w", m.name, ErrEncoded)
 	}
 	h := hashKey(key)
 	s := m.stripeOf(h)
@@ -1168,7 +1180,7 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 	}
 	var d int64
 	if ttl > 0 {
-		d = now() + int64(ttl)
+		d = deadlineAfter(ttl)
 	}
 	m.begin(s, v)
 	mem.Store64(m.mem, v.off+sDeadline, uint64(d))
@@ -1194,19 +1206,21 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 }
 
 // All returns an iterator over the live entries in table order, yielding
-// each key with a copy of its value. It is a snapshot walk, not a lock:
-// each entry is read consistently, but entries stored or deleted while it
-// runs may or may not appear. Empty after Close.
+// each key with a copy of its value. It is a walk, not a snapshot and not a
+// lock: each entry is read consistently, but entries stored or deleted
+// while it runs may or may not appear, and unlike sync.Map.Range a key
+// deleted and stored again during the walk (which may move it further
+// along its probe chain) can be yielded twice. Empty after Close.
 func (m *Map) All() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
 		m.walk(func(key string, off int, meta uint64) bool {
-			_, val, ok := m.readKey(key, hashKey(key), []byte{}, true)
-			return !ok || yield(key, val)
+			v, val, ok := m.readKey(key, hashKey(key), []byte{}, true)
+			return !ok || v.off != off || yield(key, val)
 		})
 	}
 }
 
-// Keys returns an iterator over the live keys, with All's snapshot rules.
+// Keys returns an iterator over the live keys, with All's rules.
 func (m *Map) Keys() iter.Seq[string] {
 	return func(yield func(string) bool) {
 		m.walk(func(key string, off int, meta uint64) bool { return yield(key) })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -586,4 +587,22 @@ func TestMapTTLProcesses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n, "a lapsed counter restarts at the delta")
 	require.GreaterOrEqual(t, m.Stats().Expired, uint64(2))
+}
+
+// A "forever" TTL saturates instead of wrapping into the past.
+func TestMapHugeTTL(t *testing.T) {
+	m := testMap(t)
+	forever := time.Duration(math.MaxInt64)
+	require.NoError(t, m.Store("k", []byte("v"), WithTTL(forever)))
+	require.True(t, m.Exists("k"))
+	left, ok := m.TTL("k")
+	require.True(t, ok)
+	require.Greater(t, left, 100*365*24*time.Hour)
+	_, err := m.Add("c", 1, WithTTL(forever))
+	require.NoError(t, err)
+	n, err := m.Add("c", 1, WithTTL(forever))
+	require.NoError(t, err)
+	require.Equal(t, int64(2), n)
+	require.True(t, m.Expire("k", forever))
+	require.True(t, m.Exists("k"))
 }

@@ -270,7 +270,7 @@ func wakeRings(b []byte) {
 			continue
 		}
 		o := int(e.Offset)
-		mem.Add32(b, o+rl.OffFutex, 1)
+		mem.Add32(b, o+rl.OffFutex, 2) // bump the sequence, keep the flag
 		futex.Wake(mem.Ptr32(b, o+rl.OffFutex), math.MaxInt32)
 	}
 }
@@ -352,13 +352,36 @@ func writeWords[S ~string | ~[]byte](b []byte, off int, s S) {
 	}
 }
 
+// The futex word is a sequence in bits 1-31 and, in bit 0, a flag that
+// some reader is about to sleep. A publisher bumps the sequence and clears
+// the flag in one compare-and-swap, and makes the wake system call only if
+// the flag was set. A reader killed while asleep so costs at most one
+// extra wake, where a count of sleepers would stay raised for good.
+const futexWaiters = 1
+
 // wake bumps the futex word after a commit and wakes sleepers, making the
 // system call only when a reader has announced itself.
 func (r *Ring) wake() {
 	f := r.off + rl.OffFutex
-	mem.Add32(r.b, f, 1)
-	if mem.Load32(r.b, r.off+rl.OffSleepers) != 0 {
-		futex.Wake(mem.Ptr32(r.b, f), math.MaxInt32)
+	for {
+		w := mem.Load32(r.b, f)
+		if mem.CAS32(r.b, f, w, (w+2)&^futexWaiters) {
+			if w&futexWaiters != 0 {
+				futex.Wake(mem.Ptr32(r.b, f), math.MaxInt32)
+			}
+			return
+		}
+	}
+}
+
+// arm sets the waiters flag and returns the word a sleeper waits on.
+func (r *Ring) arm() uint32 {
+	f := r.off + rl.OffFutex
+	for {
+		w := mem.Load32(r.b, f)
+		if w&futexWaiters != 0 || mem.CAS32(r.b, f, w, w|futexWaiters) {
+			return w | futexWaiters
+		}
 	}
 }
 
@@ -551,14 +574,14 @@ func (r *Ring) wait(ctx context.Context, avail func() bool) error {
 	f, sl := r.off+rl.OffFutex, r.off+rl.OffSleepers
 	stop := context.AfterFunc(ctx, func() {
 		if !r.closed() {
-			mem.Add32(b, f, 1)
+			mem.Add32(b, f, 2) // bump the sequence, keep the flag
 			futex.Wake(mem.Ptr32(b, f), math.MaxInt32)
 		}
 	})
 	defer stop()
 	for {
-		mem.Add32(b, sl, 1)
-		v := mem.Load32(b, f)
+		mem.Add32(b, sl, 1) // a count for tests and Stats; wakes use the flag
+		v := r.arm()
 		var err error
 		switch {
 		case r.closed():

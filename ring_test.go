@@ -3,6 +3,7 @@ package shmarena
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -310,4 +311,40 @@ func TestRingValidateOnAttach(t *testing.T) {
 			a.Close()
 		})
 	}
+}
+
+func init() {
+	childRoles["ring-sleeper"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		r, err := a.Ring("r", WithSlots(8), WithSlotSize(64))
+		if err != nil {
+			return err
+		}
+		return r.Cursor().Wait(context.Background()) // killed while asleep
+	}
+}
+
+// A reader killed while asleep costs at most one wake system call: the
+// next publish clears the waiters flag it set.
+func TestKilledSleeperCostsOneWake(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	r, err := a.Ring("r", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	c := child(t, "ring-sleeper", "SHMARENA_PATH="+path)
+	require.NoError(t, c.Start())
+	deadline := time.Now().Add(10 * time.Second)
+	for r.sleepers() == 0 {
+		require.True(t, time.Now().Before(deadline), "the child never slept")
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, c.Process.Kill())
+	_ = c.Wait()
+	flag := func() uint32 { return mem.Load32(r.b, r.off+rl.OffFutex) & futexWaiters }
+	require.Equal(t, uint32(futexWaiters), flag())
+	_, err = r.Publish("", []byte("x"))
+	require.NoError(t, err)
+	require.Zero(t, flag(), "the publish cleared the flag; later ones make no system call")
 }
