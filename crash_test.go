@@ -3,7 +3,6 @@ package shmarena
 import (
 	"bufio"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/shmarena/shmarena/internal/proc"
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
@@ -525,6 +523,327 @@ func startTimeOf(t *testing.T, pid int) uint64 {
 	return n
 }
 
-var _ = io.EOF
-var _ = rand.IntN
-var _ = layout.HeaderSize
+func init() {
+	// crash-adder adds 1 to "total" until "stop" is set, writing each value
+	// Add returned as one line ("a <n>", a single write: a kill cannot tear
+	// it), then its slowest Add ("max <ns>").
+	childRoles["crash-adder"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		m, err := crashMap(a)
+		if err != nil {
+			return err
+		}
+		var worst time.Duration
+		buf := make([]byte, 0, 32)
+		park := -1
+		if p := os.Getenv("SHMARENA_PARK"); p != "" {
+			park, _ = strconv.Atoi(p)
+		}
+		for i := 0; ; i++ {
+			if n, _ := m.Counter("stop"); n > 0 {
+				break
+			}
+			if park >= 0 && i%16 == 0 {
+				if n, _ := m.Counter("arm"); n == int64(park) {
+					parkAt("add") // the next Add stops inside the stripe lock
+					park = -1
+				}
+			}
+			t0 := time.Now()
+			n, err := m.Add("total", 1)
+			if err != nil {
+				return err
+			}
+			worst = max(worst, time.Since(t0))
+			buf = strconv.AppendInt(append(buf[:0], "a "...), n, 10)
+			if _, err := os.Stdout.Write(append(buf, '\n')); err != nil {
+				return err
+			}
+		}
+		_, err = fmt.Fprintf(os.Stdout, "max %d\n", worst)
+		return err
+	}
+	// crash-reader reads uniform values and a counter without end,
+	// failing on a value that is not whole.
+	childRoles["crash-reader"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		m, err := crashMap(a)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stdout, "reading")
+		var buf []byte
+		for i := 0; ; i++ {
+			k := "r" + strconv.Itoa(i%8)
+			var ok bool
+			if buf, ok = m.AppendLoad(buf[:0], k); ok {
+				if len(buf) != 40 || strings.Count(string(buf), string(buf[:1])) != len(buf) {
+					return fmt.Errorf("%s reads %q: not a value ever stored", k, buf)
+				}
+			}
+			m.Counter("rc")
+			if i%64 == 0 {
+				for range m.All() {
+				}
+			}
+		}
+	}
+}
+
+// lineReader collects a child's complete stdout lines (a line cut short by
+// a kill has no newline and is dropped).
+type lineReader struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+	got   []string
+	// parked is closed when the child prints "AT <point>" (it then sleeps
+	// at that crash point); that line is not kept in got.
+	parked chan struct{}
+}
+
+func startLines(t *testing.T, cmd *exec.Cmd) *lineReader {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lr := &lineReader{cmd: cmd, lines: make(chan string, 1), done: make(chan struct{}), parked: make(chan struct{})}
+	go func() {
+		defer close(lr.done)
+		br := bufio.NewReader(out)
+		first := true
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				if first {
+					close(lr.lines)
+				}
+				return
+			}
+			l = strings.TrimSuffix(l, "\n")
+			if strings.HasPrefix(l, "AT ") {
+				close(lr.parked)
+				continue
+			}
+			if first {
+				lr.lines <- l
+				first = false
+			}
+			lr.got = append(lr.got, l)
+		}
+	}()
+	return lr
+}
+
+// waitFirst waits for the child's first line.
+func (lr *lineReader) waitFirst(t *testing.T) {
+	t.Helper()
+	_, ok := <-lr.lines
+	require.True(t, ok, "child ended before its first line")
+}
+
+// kill SIGKILLs the child and requires that it died of it (not earlier of
+// a failed check).
+func (lr *lineReader) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, lr.cmd.Process.Signal(syscall.SIGKILL))
+	<-lr.done // drain the pipe before Wait closes it
+	err := lr.cmd.Wait()
+	ws := lr.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child status %v (%v)", lr.cmd.ProcessState, err)
+}
+
+func counterOf(m *Map, key string) int64 {
+	n, _ := m.Counter(key)
+	return n
+}
+
+// 16 processes Add to one counter in a loop and are SIGKILLed at random
+// times, some of them inside the stripe lock. What is asserted:
+//   - every value an Add returned is distinct and at most the final total T:
+//     no two Adds saw the same count, none was lost under another;
+//   - T - (number of Adds that returned and were reported) is between 0 and
+//     the number of kills: each Add adds exactly 1, and a killed child may
+//     have had at most one Add in flight whose atomic add landed but whose
+//     return it never reported (killed between the add and its write to the
+//     pipe). A child killed before the add, in the crash window of the lock,
+//     adds nothing; so "the sum of Adds equals the number that returned"
+//     holds up to that one in-flight Add per killed process, and exactly
+//     for processes that were not killed;
+//   - after each kill the parent's own Add completes within crashBound,
+//     and every survivor's slowest Add is under crashBound.
+func TestCrashKillAddersAtRandom(t *testing.T) {
+	const procs, kills = 16, 8
+	a, path := tempArena(t, 1<<20)
+	m, err := crashMap(a)
+	require.NoError(t, err)
+	_, err = m.Add("total", 0)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	order := rng.Perm(procs)[:kills]
+	// Half the victims are killed inside the stripe lock, at crash point
+	// "add" (before the atomic add) after a random number of Adds; the
+	// others wherever the kill finds them.
+	parkers := map[int]bool{}
+	kids := make([]*lineReader, procs)
+	for i := range kids {
+		env := []string{"SHMARENA_PATH=" + path}
+		if slices.Index(order, i) >= kills/2 {
+			parkers[i] = true
+			env = append(env, "SHMARENA_PARK="+strconv.Itoa(i+1))
+		}
+		kids[i] = startLines(t, child(t, "crash-adder", env...))
+	}
+	for _, k := range kids {
+		k.waitFirst(t)
+	}
+	var mine []int64
+	for _, i := range order {
+		if parkers[i] {
+			// Arm this one (only one at a time: a parked child holds the
+			// lock everyone needs), and wait until it parks.
+			time.Sleep(time.Duration(rng.IntN(10)) * time.Millisecond)
+			_, err := m.Add("arm", int64(i+1)-counterOf(m, "arm"))
+			require.NoError(t, err)
+			select {
+			case <-kids[i].parked:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("adder %d never parked", i)
+			}
+		} else {
+			time.Sleep(time.Duration(5+rng.IntN(30)) * time.Millisecond)
+		}
+		killed := time.Now()
+		kids[i].kill(t)
+		n, err := m.Add("total", 1)
+		require.NoError(t, err)
+		mine = append(mine, n)
+		noteTakeover(t, "parent Add after killing an adder", time.Since(killed))
+	}
+	_, err = m.Add("stop", 1)
+	require.NoError(t, err)
+	killedSet := map[int]bool{}
+	for _, i := range order {
+		killedSet[i] = true
+	}
+	seen := map[int64]bool{}
+	for _, n := range mine {
+		seen[n] = true
+	}
+	reported := len(mine)
+	for i, k := range kids {
+		if !killedSet[i] {
+			<-k.done
+			require.NoError(t, k.cmd.Wait(), "survivor %d", i)
+			last := k.got[len(k.got)-1]
+			require.True(t, strings.HasPrefix(last, "max "), "survivor %d ended with %q", i, last)
+			ns, err := strconv.ParseInt(strings.TrimPrefix(last, "max "), 10, 64)
+			require.NoError(t, err)
+			assert.Less(t, time.Duration(ns), crashBound, "survivor %d's slowest Add", i)
+			k.got = k.got[:len(k.got)-1]
+		}
+		for _, l := range k.got {
+			n, err := strconv.ParseInt(strings.TrimPrefix(l, "a "), 10, 64)
+			require.NoError(t, err, "child %d line %q", i, l)
+			require.False(t, seen[n], "value %d returned twice", n)
+			seen[n] = true
+			reported++
+		}
+	}
+	total, ok := m.Counter("total")
+	require.True(t, ok)
+	for n := range seen {
+		require.LessOrEqual(t, n, total)
+	}
+	inFlight := int(total) - reported
+	t.Logf("total %d, %d Adds returned and reported, %d landed in flight in %d killed processes; recoveries %d",
+		total, reported, inFlight, kills, m.Stats().Recoveries)
+	assert.GreaterOrEqual(t, inFlight, 0)
+	assert.LessOrEqual(t, inFlight, kills-len(parkers), "processes killed before their add cannot have one in flight")
+	assert.GreaterOrEqual(t, m.Stats().Recoveries, uint64(len(parkers)), "each lock left by a parked victim was taken over")
+	used, tomb := tableCounts(t, m)
+	assert.Equal(t, used, m.Stats().Used)
+	assert.Equal(t, tomb, m.Stats().Tombstones)
+	for s := uint64(0); s < m.stripes; s++ {
+		assert.Zero(t, rlock.Owner(m.mem, m.lockOff(s)), "stripe %d still held", s)
+	}
+}
+
+// Readers hold no lock: killing reader processes in a loop, mid-read,
+// leaves writers undisturbed (nothing to take over, no write slowed to a
+// takeover, every value whole).
+func TestCrashKillReaders(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := crashMap(a)
+	require.NoError(t, err)
+	vals := [2][]byte{[]byte(strings.Repeat("a", 40)), []byte(strings.Repeat("b", 40))}
+	for i := 0; i < 8; i++ {
+		require.NoError(t, m.Store("r"+strconv.Itoa(i), vals[0]))
+	}
+	const live, rounds = 3, 12
+	readers := make([]*lineReader, live)
+	start := func(i int) {
+		readers[i] = startLines(t, child(t, "crash-reader", "SHMARENA_PATH="+path))
+		readers[i].waitFirst(t)
+	}
+	for i := range readers {
+		start(i)
+	}
+	stop := make(chan struct{})
+	var worst time.Duration
+	var writes int
+	wdone := make(chan error)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				wdone <- nil
+				return
+			default:
+			}
+			t0 := time.Now()
+			if err := m.Store("r"+strconv.Itoa(i%8), vals[i/8%2]); err != nil {
+				wdone <- err
+				return
+			}
+			if _, err := m.Add("rc", 1); err != nil {
+				wdone <- err
+				return
+			}
+			worst = max(worst, time.Since(t0))
+			writes++
+		}
+	}()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	for r := 0; r < rounds; r++ {
+		time.Sleep(time.Duration(1+rng.IntN(10)) * time.Millisecond)
+		i := rng.IntN(live)
+		readers[i].kill(t)
+		start(i)
+	}
+	close(stop)
+	require.NoError(t, <-wdone)
+	for _, rd := range readers {
+		rd.kill(t)
+	}
+	t.Logf("%d readers killed mid-read; %d writes, slowest %v", rounds+live, writes, worst)
+	assert.Positive(t, writes)
+	assert.Less(t, worst, crashBound)
+	st := m.Stats()
+	assert.Zero(t, st.Recoveries, "readers left a lock to take over")
+	n, ok := m.Counter("rc")
+	require.True(t, ok)
+	assert.Equal(t, int64(writes), n)
+	used, tomb := tableCounts(t, m)
+	assert.Equal(t, used, st.Used)
+	assert.Equal(t, tomb, st.Tombstones)
+	for s := uint64(0); s < m.stripes; s++ {
+		assert.Zero(t, rlock.Owner(m.mem, m.lockOff(s)), "stripe %d held", s)
+	}
+}
