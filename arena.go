@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mapping"
@@ -70,6 +71,8 @@ type kindOps struct {
 	// reset clears every lock and half-done write in a region whose
 	// owners all died with a previous boot.
 	reset func(b []byte, e layout.Entry)
+	// locks lists the offsets of the region's lock words.
+	locks func(e layout.Entry) []int
 }
 
 var kinds = map[RegionKind]kindOps{}
@@ -497,6 +500,7 @@ func (a *Arena) Close() error {
 		mem.CAS64(a.mem, layout.ProcSlotOff(a.slot), uint64(a.self), 0)
 	}
 	wakeAllOnClose(a.mem)
+	a.awaitOwnLocks()
 	err := mapping.Retire(a.mem)
 	if cerr := a.f.Close(); err == nil {
 		err = cerr
@@ -505,6 +509,31 @@ func (a *Arena) Close() error {
 		return fmt.Errorf("shmarena: close %s: %w", a.path, err)
 	}
 	return nil
+}
+
+// awaitOwnLocks gives operations that passed their closed check before
+// Close a moment to release the locks they hold: a lock released into the
+// retired (private) mapping would stay held in the file while this process
+// lives, stalling every other process. Operations hold a lock for
+// microseconds; the wait is bounded in case another handle of this process
+// on the same file holds one.
+func (a *Arena) awaitOwnLocks() {
+	var offs []int
+	for i := 0; i < layout.DirEntries; i++ {
+		if mem.Load32(a.mem, layout.OffDir+i*layout.EntrySize) != layout.EntryReady {
+			continue
+		}
+		e := layout.ReadEntry(a.mem, i)
+		if ops, ok := kinds[RegionKind(e.Kind)]; ok && ops.locks != nil && layout.ValidateEntry(e, int64(len(a.mem))) == nil {
+			offs = append(offs, ops.locks(e)...)
+		}
+	}
+	deadline := time.Now().Add(100 * time.Millisecond)
+	for _, off := range offs {
+		for off+8 <= len(a.mem) && mem.Load64(a.mem, off) == uint64(a.self) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
 }
 
 // wakeAllOnClose is set by region kinds that put sleepers on futex words,

@@ -9,9 +9,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/rlock"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -361,4 +363,28 @@ func TestErrorsAreDistinct(t *testing.T) {
 			require.Equal(t, i == j, errors.Is(a, b))
 		}
 	}
+}
+
+// Close waits for a lock this process holds to be released, so the lock
+// is not left held in the file by a live process.
+func TestCloseWaitsForHeldLocks(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("m", WithStripes(4))
+	require.NoError(t, err)
+	b, err := Open(path)
+	require.NoError(t, err)
+	defer b.Close()
+	mb, err := b.Map("m", WithStripes(4))
+	require.NoError(t, err)
+	m.lock(2)
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		m.unlock(2)
+		close(released)
+	}()
+	require.NoError(t, a.Close())
+	<-released
+	require.Zero(t, uint64(rlock.Owner(b.mem, mb.lockOff(2))), "the lock was released in the file")
+	require.NoError(t, mb.Store("k", []byte("v")))
 }

@@ -116,7 +116,7 @@ type MapStats struct {
 }
 
 func init() {
-	kinds[KindMap] = kindOps{validate: validateMapRegion, reset: resetMapRegion}
+	kinds[KindMap] = kindOps{validate: validateMapRegion, reset: resetMapRegion, locks: mapLocks}
 }
 
 // Map returns the map named name, creating it with the given shape if the
@@ -229,6 +229,16 @@ func validateMapRegion(b []byte, e layout.Entry) error {
 		}
 	}
 	return nil
+}
+
+// mapLocks lists a map region's stripe lock words.
+func mapLocks(e layout.Entry) []int {
+	stripes := min(e.Params[2], maxStripes)
+	offs := make([]int, 0, stripes)
+	for s := uint64(0); s < stripes; s++ {
+		offs = append(offs, int(e.Offset)+mapHeader+int(s)*stripeStride)
+	}
+	return offs
 }
 
 // resetMapRegion clears the locks and half-written slots that processes of
@@ -637,6 +647,9 @@ func (m *Map) find(key string, h uint64) (view, bool) {
 // free slot, so keys with deadlines do not fill the table for good.
 func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found bool) {
 	free.off = -1
+	if v, ok := m.seek(key, h); ok {
+		return v, free, true
+	}
 	i := m.home(h)
 	limit := m.probeLimit()
 	for probes := uint64(0); probes < m.slots; probes++ {
@@ -681,6 +694,54 @@ func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found b
 		}
 	}
 	return v, free, false
+}
+
+// seek finds key's slot holding its stripe, skipping foreign slots by
+// their tags as readKey does. A slot being written belongs to another
+// stripe's writer, so it is not the key's.
+func (m *Map) seek(key string, h uint64) (view, bool) {
+	i := m.home(h)
+	limit := m.probeLimit()
+	wantTag := tagOf(h)
+	tags := m.tagWord(i)
+	for probes := uint64(0); probes < limit; probes++ {
+		if probes > 0 && i&7 == 0 {
+			tags = m.tagWord(i)
+		}
+		t := byte(tags >> ((i & 7) * 8))
+		if t == 0 {
+			return view{}, false
+		}
+		if t == wantTag || t == tagUnknown {
+			off := m.slotOff(i)
+			for {
+				ver := mem.Load64(m.mem, off+sVersion)
+				if ver&1 != 0 {
+					break
+				}
+				meta := mem.Load64(m.mem, off+sMeta)
+				isKey := metaState(meta) == stateLive && mem.Load64(m.mem, off+sHash) == h &&
+					metaKeyLen(meta) == len(key) && m.valid(meta) &&
+					mem.Equal(m.mem, keyOff(off, meta), key)
+				deadline := int64(mem.Load64(m.mem, off+sDeadline))
+				if mem.Load64(m.mem, off+sVersion) != ver {
+					continue
+				}
+				if isKey {
+					return view{off: off, ver: ver, meta: meta, deadline: deadline}, true
+				}
+				if metaState(meta) == stateEmpty {
+					return view{}, false
+				}
+				break
+			}
+		}
+		if i++; i == m.slots {
+			i = 0
+			tags = m.tagWord(0)
+		}
+	}
+	return view{}, false
 }
 
 // reclaim turns another key's lapsed entry into a tombstone and returns

@@ -102,7 +102,9 @@ var (
 var publishHook func(seq uint64)
 
 func init() {
-	kinds[KindRing] = kindOps{validate: validateRing, reset: resetRing}
+	kinds[KindRing] = kindOps{validate: validateRing, reset: resetRing, locks: func(e layout.Entry) []int {
+		return []int{int(e.Offset) + rl.OffLock, int(e.Offset) + rl.OffGroupLock}
+	}}
 	prev := wakeAllOnClose
 	wakeAllOnClose = func(b []byte) {
 		prev(b)

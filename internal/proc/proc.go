@@ -125,3 +125,12 @@ func BootID() [16]byte {
 // SetBootIDForTest makes BootID return id (nil restores the real one). For
 // tests that simulate a reboot.
 func SetBootIDForTest(id *[16]byte) { bootOverride.Store(id) }
+
+// Of returns the token of a running process, or ErrNoProcess.
+func Of(pid int) (Token, error) {
+	st, _, err := stat(pid)
+	if err != nil {
+		return 0, err
+	}
+	return Make(pid, st), nil
+}

@@ -1,0 +1,44 @@
+// Package shmarena lets several processes on one host share data
+// structures through one memory-mapped file, an arena:
+//
+//   - Map: a fixed-capacity hash map. Reads take no lock (every slot is a
+//     seqlock); writes take one of a stripe of robust locks; deleted keys
+//     leave tombstones; entries may carry a wall-clock deadline (TTL); a
+//     value may be an atomic 64-bit counter. TypedMap stores Go values
+//     encoded with msgpack.
+//   - Ring: a fixed ring of records. A Cursor reads every record (a
+//     broadcast); a Group shares one position among its members, so each
+//     record goes to one of them (a work queue).
+//
+// It is for Go services that run as several worker processes (pre-forked
+// HTTP servers, job runners) and want a shared cache, rate limiter or job
+// queue without a network hop to Redis on localhost.
+//
+// # Processes and crashes
+//
+// Any number of processes open the same arena with Open (a path, usually
+// under /dev/shm) or share one with no path through OpenMemfd and
+// OpenFile. Every lock word records its owner's pid and start time; a
+// waiter that finds the owner dead (gone, a zombie, or its pid reused)
+// takes the lock over, repairs the one slot the owner was writing (it
+// becomes absent, never a mix of old and new) and recounts. A process that
+// dies loses at most the operation it was doing. A file left by an earlier
+// boot has no live owner at all: attaching clears its locks.
+//
+// # Files
+//
+// Open never follows a symbolic link, never truncates or extends a file,
+// reserves every block when it creates one (a full tmpfs is an error from
+// Open, never a SIGBUS later), and validates every header, directory and
+// region field before use. Data read from the file never makes a method
+// panic: a corrupt field is ErrCorrupt, a miss, or a skipped entry.
+//
+// # Semantics borrowed from elsewhere
+//
+// Map's verbs and their meaning follow sync.Map (Load, Store, LoadOrStore,
+// LoadAndDelete, Swap, CompareAndSwap, CompareAndDelete, All). Store
+// replaces an entry's deadline as Redis SET does, WithKeepTTL keeps it as
+// SET KEEPTTL does, and Add is Redis INCRBY on a raw 64-bit word. Groups
+// deliver at most once, like a Redis Streams consumer group whose entries
+// are acknowledged on read.
+package shmarena
