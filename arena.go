@@ -304,11 +304,15 @@ func validate(b []byte, fileSize, want int64) error {
 		return fmt.Errorf("%w: allocation mark %d outside [%d, %d]", ErrCorrupt, h.NextFree, layout.HeaderSize, h.TotalSize)
 	}
 	var ready []layout.Entry
+	carving := uint32(0)
 	for i := 0; i < layout.DirEntries; i++ {
 		e := layout.ReadEntry(b, i)
 		if e.State != layout.EntryReady {
 			if e.State > layout.EntryReady {
 				return fmt.Errorf("%w: directory entry %d has state %d", ErrCorrupt, i, e.State)
+			}
+			if e.State == layout.EntryCarving {
+				carving++
 			}
 			continue
 		}
@@ -332,7 +336,10 @@ func validate(b []byte, fileSize, want int64) error {
 		}
 		ready = append(ready, e)
 	}
-	if uint32(len(ready)) != h.RegionCount {
+	// A carver that died after counting its region, before publishing
+	// it, left the count one high and its entry carving; the next carve
+	// drops the entry and corrects the count.
+	if n := uint32(len(ready)); h.RegionCount < n || h.RegionCount > n+carving {
 		return fmt.Errorf("%w: header counts %d regions, directory holds %d", ErrCorrupt, h.RegionCount, len(ready))
 	}
 	return nil
@@ -583,20 +590,30 @@ func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 	defer unix.Flock(fd, unix.LOCK_UN)
 
 	h := layout.ReadHeader(a.mem)
-	free, dirty := -1, int64(0)
+	size := int64(len(a.mem))
+	if h.NextFree < layout.HeaderSize || h.NextFree > size || h.NextFree%layout.RegionAlign != 0 {
+		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: allocation mark %d outside [%d, %d]",
+			spec.name, ErrCorrupt, h.NextFree, layout.HeaderSize, size)
+	}
+	free, ready := -1, uint32(0)
 	for i := 0; i < layout.DirEntries; i++ {
 		e := layout.ReadEntry(a.mem, i)
 		switch e.State {
 		case layout.EntryReady:
 			if e.Name == spec.name {
-				return e, spec.sameShape(e, h.NextFree)
+				return e, spec.sameShape(e, h.NextFree, size)
 			}
+			ready++
 		case layout.EntryCarving:
-			// A carver died half-way (we hold the flock): drop its entry.
-			// Its bytes lie past the allocation mark; they are zeroed below
-			// (bytes never carved are still the zeros fallocate left).
+			// A carver died half-way (we hold the flock). If it had not
+			// moved the allocation mark, its bytes lie past it: zero them
+			// (bytes never carved are still the zeros fallocate left), then
+			// drop its entry. Zeroing first means dying here leaves the
+			// entry for the next carver to clean up again.
+			if e.Offset == h.NextFree && e.Length > 0 {
+				mem.Zero(a.mem, int(h.NextFree), int(min(e.Length, size-h.NextFree)&^7))
+			}
 			layout.ClearEntry(a.mem, i)
-			dirty = max(dirty, min(e.Length, h.TotalSize-h.NextFree))
 			fallthrough
 		default:
 			if free < 0 {
@@ -608,24 +625,25 @@ func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: all %d directory entries are in use", spec.name, ErrArenaFull, layout.DirEntries)
 	}
 	length := layout.Align(spec.length)
-	if avail := h.TotalSize - h.NextFree; length > avail {
+	if avail := size - h.NextFree; length > avail {
 		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: needs %d bytes, %d free", spec.name, ErrArenaFull, length, avail)
 	}
 	e := layout.Entry{Index: free, State: layout.EntryReady, Kind: uint32(spec.kind), Name: spec.name,
 		Offset: h.NextFree, Length: length, Params: spec.params}
 	layout.WriteEntry(a.mem, e)
 	layout.SetState(a.mem, free, layout.EntryCarving)
-	if dirty > 0 {
-		mem.Zero(a.mem, int(e.Offset), int(max(dirty, length)&^7))
-	}
 	spec.init(a.mem, e.Offset)
+	crashPoint("carve")
 	layout.SetNextFree(a.mem, e.Offset+length)
-	layout.SetRegionCount(a.mem, h.RegionCount+1)
+	// The count is the ready entries seen, not the header's count plus
+	// one: a carver that died after counting left the count one high.
+	layout.SetRegionCount(a.mem, ready+1)
+	crashPoint("carved")
 	layout.SetState(a.mem, free, layout.EntryReady)
 	return e, nil
 }
 
-func (s regionSpec) sameShape(e layout.Entry, nextFree int64) error {
+func (s regionSpec) sameShape(e layout.Entry, nextFree, size int64) error {
 	if RegionKind(e.Kind) != s.kind {
 		return fmt.Errorf("shmarena: region %q: %w: it is a %v, asked for a %v", s.name, ErrShape, RegionKind(e.Kind), s.kind)
 	}
@@ -636,6 +654,9 @@ func (s regionSpec) sameShape(e layout.Entry, nextFree int64) error {
 	}
 	if err := layout.ValidateEntry(e, nextFree); err != nil {
 		return fmt.Errorf("shmarena: %w: %v", ErrCorrupt, err)
+	}
+	if e.Length < s.length || e.Length > size-e.Offset {
+		return fmt.Errorf("shmarena: region %q: %w: %d bytes at %d, its shape needs %d in a %d-byte file", s.name, ErrCorrupt, e.Length, e.Offset, s.length, size)
 	}
 	return nil
 }

@@ -592,6 +592,7 @@ func (m *Map) afterTakeover(s uint64) {
 func (m *Map) repairStripe(s uint64) {
 	intent := m.lockOff(s) + 8
 	idx := mem.Load64(m.mem, intent)
+	crashPoint("recover")
 	if idx != 0 && idx <= m.slots {
 		off := m.slotOff(idx - 1)
 		ver := mem.Load64(m.mem, off+sVersion)
@@ -613,6 +614,7 @@ func (m *Map) recount() {
 			mem.Add64(m.mem, m.base+mhRecoveries, 1)
 		}
 	}
+	crashPoint("recount")
 	m.count()
 	for s := uint64(0); s < m.stripes; s++ {
 		m.unlock(s)
