@@ -609,7 +609,14 @@ func (m *Map) repairStripe(s uint64) {
 // recomputes used and tombstones from the slots, and releases them.
 func (m *Map) recount() {
 	for s := uint64(0); s < m.stripes; s++ {
-		if rlock.Acquire(m.mem, m.lockOff(s), m.a.self) {
+		// Try first: a stripe a dead process holds is taken over at once,
+		// not after Acquire's patience, so a recount over many stripes
+		// left held by a dying recoverer stays well inside a second.
+		ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self)
+		if !ok {
+			recovered = rlock.Acquire(m.mem, m.lockOff(s), m.a.self)
+		}
+		if recovered {
 			m.repairStripe(s)
 			mem.Add64(m.mem, m.base+mhRecoveries, 1)
 		}
