@@ -1,0 +1,325 @@
+package shmarena
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shmarena/shmarena/internal/mem"
+	rl "github.com/shmarena/shmarena/internal/ringlayout"
+	"github.com/shmarena/shmarena/internal/rlock"
+)
+
+// A Group is a work queue over a ring, shared by processes: its position
+// lives in the ring's own header, so every member advances the same word
+// and each record goes to exactly one member of the group (the member
+// whose compare-and-swap moved the position past it). It is the Kafka
+// consumer group / Redis Streams XREADGROUP idea reduced to one shared
+// offset, without acknowledgements: delivery is at most once (see Claim).
+//
+// Different groups on one ring do not take records from each other: each
+// has its own position, so a record goes to one member of every group, and
+// a Cursor on the same ring still sees everything. A ring holds at most 64
+// groups; a group lasts as long as the ring (there is no delete), and a
+// handle going away is a member leaving, not the group ending.
+//
+// A Group handle is safe for concurrent use by goroutines; any number of
+// processes may be members. After the arena's Close, every method returns
+// ErrClosed, or false, zero or nil.
+type Group struct {
+	r     *Ring
+	goff  int // offset of the group's table entry in the mapping
+	name  string
+	topic string
+	mine  *atomic.Uint64
+
+	hmu sync.Mutex
+	hw  holeWatch
+}
+
+// GroupStats are a group's counts. All but Mine are shared by every member
+// in every process; Delivered + Lapped + Skipped + Abandoned equals the
+// records the group's position has moved over since the group was created.
+type GroupStats struct {
+	// Name and Topic are the group's name and bound topic ("" for all).
+	Name, Topic string
+	// Position is the sequence number the group looks at next.
+	Position uint64
+	// Delivered counts records claimed by any member.
+	Delivered uint64
+	// Lapped counts records overwritten before any member claimed them:
+	// the pool is not keeping up, or the ring is too small.
+	Lapped uint64
+	// Skipped counts records of other topics a bound group stepped over.
+	Skipped uint64
+	// Abandoned counts holes left by producers that died mid-publish, and
+	// damaged slots, that the group stepped over.
+	Abandoned uint64
+	// Mine counts the records this process claimed from the group, through
+	// any of its handles: comparing it with Delivered shows how the work is
+	// spread.
+	Mine uint64
+}
+
+// mineCounts holds each process-local Mine counter, keyed by arena handle
+// and group entry.
+var mineCounts sync.Map // groupKey -> *atomic.Uint64
+
+type groupKey struct {
+	a    *Arena
+	goff int
+}
+
+// Group joins the consumer group called name on the ring, creating it if
+// it does not exist. Every member asks for the same name; the first
+// creates the group and the rest join it, sharing its position.
+//
+// A new group starts at the ring's head (records published from now on),
+// or with FromStart at the oldest record the ring still holds; joining an
+// existing group ignores FromStart. WithTopic binds a new group to a
+// topic; joining an existing group must ask for the topic it has.
+//
+// Errors: ErrInvalid for an empty name or a name or topic longer than 64
+// bytes; ErrShape when the group exists bound to another topic (the
+// message names both); ErrTooManyGroups when the ring already holds 64
+// groups; ErrCorrupt when the group table is damaged; ErrClosed after
+// Close. Creation is serialised across processes by a robust lock in the
+// ring header.
+func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
+	if r.closed() {
+		return nil, ErrClosed
+	}
+	var cfg readerConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if name == "" || len(name) > rl.MaxGroupName {
+		return nil, fmt.Errorf("shmarena: ring %q: group %q: %w: name must be 1 to %d bytes", r.name, name, ErrInvalid, rl.MaxGroupName)
+	}
+	if len(cfg.topic) > rl.MaxGroupTopic {
+		return nil, fmt.Errorf("shmarena: ring %q: group %q: %w: topic is %d bytes, at most %d", r.name, name, ErrInvalid, len(cfg.topic), rl.MaxGroupTopic)
+	}
+	b := r.b
+	lock := r.off + rl.OffGroupLock
+	if rlock.Acquire(b, lock, r.self) {
+		// The previous holder died: drop any entry it left half-made.
+		for i := 0; i < rl.Groups; i++ {
+			g := r.off + rl.GroupOff(i)
+			if mem.Load64(b, g+rl.GState) == rl.GroupCreating {
+				mem.Store64(b, g+rl.GState, rl.GroupFree)
+			}
+		}
+	}
+	goff, err := r.findOrCreateGroup(name, cfg)
+	rlock.Release(b, lock)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := mineCounts.LoadOrStore(groupKey{r.a, goff}, new(atomic.Uint64))
+	return &Group{r: r, goff: goff, name: name, topic: cfg.topic, mine: m.(*atomic.Uint64)}, nil
+}
+
+// findOrCreateGroup runs with the group-table lock held.
+func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
+	b := r.b
+	free := -1
+	for i := 0; i < rl.Groups; i++ {
+		g := r.off + rl.GroupOff(i)
+		switch mem.Load64(b, g+rl.GState) {
+		case rl.GroupFree:
+			if free < 0 {
+				free = g
+			}
+			continue
+		case rl.GroupReady:
+		default:
+			continue // damaged: neither usable nor free
+		}
+		nl := mem.Load32(b, g+rl.GNameLen)
+		if nl != uint32(len(name)) || !mem.Equal(b, g+rl.GName, name) {
+			continue
+		}
+		tl := mem.Load32(b, g+rl.GTopicLen)
+		if tl > rl.MaxGroupTopic {
+			return 0, fmt.Errorf("shmarena: ring %q: group %q: %w: topic length %d", r.name, name, ErrCorrupt, tl)
+		}
+		have := string(mem.AppendBytes(nil, b, g+rl.GTopic, int(tl)))
+		if have != cfg.topic {
+			return 0, fmt.Errorf("shmarena: ring %q: group %q: %w: it is bound to topic %q, asked for %q", r.name, name, ErrShape, have, cfg.topic)
+		}
+		return g, nil
+	}
+	if free < 0 {
+		return 0, fmt.Errorf("shmarena: ring %q: group %q: %w: all %d entries are in use", r.name, name, ErrTooManyGroups, rl.Groups)
+	}
+	g := free
+	mem.Store64(b, g+rl.GState, rl.GroupCreating)
+	mem.Zero(b, g+rl.GPosition, rl.GroupSize-rl.GPosition)
+	mem.Store32(b, g+rl.GNameLen, uint32(len(name)))
+	mem.Store32(b, g+rl.GTopicLen, uint32(len(cfg.topic)))
+	mem.Write(b, g+rl.GName, name)
+	mem.Write(b, g+rl.GTopic, cfg.topic)
+	next := mem.Load64(b, r.off+rl.OffNext)
+	pos := next
+	if cfg.fromStart {
+		pos = r.oldest(next)
+	}
+	mem.Store64(b, g+rl.GPosition, pos)
+	mem.Store64(b, g+rl.GState, rl.GroupReady)
+	return g, nil
+}
+
+// Name returns the group's name.
+func (g *Group) Name() string { return g.name }
+
+// Topic returns the topic the group is bound to, or "" when it takes every
+// topic.
+func (g *Group) Topic() string { return g.topic }
+
+// Position returns the group's shared position: the sequence number the
+// pool looks at next. It belongs to the pool, not to this member, and
+// stays when every member leaves. It returns 0 after Close.
+func (g *Group) Position() uint64 {
+	if g.r.closed() {
+		return 0
+	}
+	return mem.Load64(g.r.b, g.goff+rl.GPosition)
+}
+
+// Claim takes up to max records for this member (every available one when
+// max <= 0) and returns them oldest first, or nil when there is nothing to
+// take now or after Close. It never blocks. With max <= 0 it stops at the
+// head it saw on entry.
+//
+// Each record goes to exactly one member: a member copies the record at
+// the shared position, then moves the position past it with a
+// compare-and-swap, and only the winner returns it (the position is never
+// fetch-and-added, which could skip records for good). A bound group steps
+// over other topics, counting them as skipped; overwritten records count
+// as lapped, holes and damaged slots as abandoned.
+//
+// Delivery is at most once. The claim itself moves the shared position,
+// and nothing records which member holds which record: if a member dies,
+// or drops the slice, between Claim and finishing its work, those records
+// are lost for good and no other member will get them. Claiming fewer at a
+// time (max 1, as Records does) loses less. If that loss is not
+// acceptable, this is the wrong structure: use a queue with
+// acknowledgements (Kafka commits after processing, Redis Streams keeps a
+// pending list).
+//
+// Safe for concurrent use by goroutines and processes.
+func (g *Group) Claim(max int) []Record {
+	r := g.r
+	if r.closed() {
+		return nil
+	}
+	b := r.b
+	po := g.goff + rl.GPosition
+	bound := g.topic != ""
+	limit := mem.Load64(b, r.off+rl.OffNext)
+	var out []Record
+	var prev string
+	for max <= 0 || len(out) < max {
+		pos := mem.Load64(b, po)
+		next := mem.Load64(b, r.off+rl.OffNext)
+		if max <= 0 && next > limit {
+			next = limit
+		}
+		if pos >= next {
+			if len(out) == 0 && g.checkHole() {
+				limit = mem.Load64(b, r.off+rl.OffNext)
+				continue
+			}
+			break
+		}
+		if next-pos > r.slots {
+			if to := next - r.slots; mem.CAS64(b, po, pos, to) {
+				mem.Add64(b, g.goff+rl.GLapped, to-pos)
+			}
+			continue
+		}
+		rec, res := r.read(pos, bound, g.topic, prev)
+		if !mem.CAS64(b, po, pos, pos+1) {
+			continue // another member moved it: that record is theirs
+		}
+		switch res {
+		case readOK:
+			mem.Add64(b, g.goff+rl.GDelivered, 1)
+			g.mine.Add(1)
+			prev = rec.Topic
+			out = append(out, rec)
+		case readLapped:
+			mem.Add64(b, g.goff+rl.GLapped, 1)
+		case readSkipped:
+			mem.Add64(b, g.goff+rl.GSkipped, 1)
+		default:
+			mem.Add64(b, g.goff+rl.GAbandoned, 1)
+		}
+	}
+	return out
+}
+
+func (g *Group) checkHole() bool {
+	g.hmu.Lock()
+	defer g.hmu.Unlock()
+	return g.r.checkHole(&g.hw)
+}
+
+// Wait blocks until a record may be claimable (Claim may still return
+// nothing: another member may take it first, or it may be another topic),
+// ctx ends (returns ctx.Err()) or the arena closes (ErrClosed). It returns
+// nil at once when the group's position is behind the ring's head. It
+// sleeps on a futex shared with producers, waking at least every 100 ms to
+// notice a producer that died mid-publish.
+func (g *Group) Wait(ctx context.Context) error {
+	r := g.r
+	return r.wait(ctx, func() bool {
+		if mem.Load64(r.b, g.goff+rl.GPosition) < mem.Load64(r.b, r.off+rl.OffNext) {
+			return true
+		}
+		return g.checkHole()
+	})
+}
+
+// Records returns an iterator over records claimed one at a time, waiting
+// when there are none, until ctx ends or the arena closes. Each record is
+// claimed just before it is yielded, so breaking out of the loop leaves no
+// claimed record behind; the delivery rules are those of Claim.
+func (g *Group) Records(ctx context.Context) iter.Seq[Record] {
+	return func(yield func(Record) bool) {
+		for {
+			recs := g.Claim(1)
+			if len(recs) == 1 {
+				if !yield(recs[0]) {
+					return
+				}
+				continue
+			}
+			if g.Wait(ctx) != nil {
+				return
+			}
+		}
+	}
+}
+
+// Stats returns the group's counts (zero after Close). Each shared field
+// is read atomically; together they are a near-snapshot.
+func (g *Group) Stats() GroupStats {
+	r := g.r
+	if r.closed() {
+		return GroupStats{}
+	}
+	b := r.b
+	return GroupStats{
+		Name:      g.name,
+		Topic:     g.topic,
+		Position:  mem.Load64(b, g.goff+rl.GPosition),
+		Delivered: mem.Load64(b, g.goff+rl.GDelivered),
+		Lapped:    mem.Load64(b, g.goff+rl.GLapped),
+		Skipped:   mem.Load64(b, g.goff+rl.GSkipped),
+		Abandoned: mem.Load64(b, g.goff+rl.GAbandoned),
+		Mine:      g.mine.Load(),
+	}
+}

@@ -1,0 +1,128 @@
+// Package ringlayout fixes where a ring's fields live inside its region.
+// Offsets are relative to the start of the region, which the arena aligns
+// to 64 bytes; every 64-bit word is 8-aligned and the futex word 4-aligned.
+//
+//	offset  size   field
+//	0       8      magic "SHMRING1"
+//	8       8      slots
+//	16      8      slot size in bytes
+//	24      8      ring layout version
+//	64      8      publish lock (robust lock word: owner token, 0 = free)
+//	72      8      next sequence to publish (starts at 1; 0 never names a record)
+//	80      8      oversize count
+//	88      8      abandoned count
+//	128     4      futex word, bumped after every commit
+//	132     4      sleepers: readers announced as about to wait
+//	192     8      group-table lock (robust lock word)
+//	256     12288  group table: 64 entries of 192 bytes
+//	12544          slots
+//
+// A group entry:
+//
+//	0    8   state (0 free, 1 being created, 2 ready)
+//	8    8   position: the next sequence the group will look at
+//	16   8   delivered
+//	24   8   lapped
+//	32   8   skipped (other topics)
+//	40   8   abandoned (holes and damaged slots)
+//	48   4   name length
+//	52   4   topic length (0 = takes every topic)
+//	56   64  name bytes
+//	120  64  topic bytes
+//
+// A slot:
+//
+//	0   8   begin: sequence of the record being or last written
+//	8   8   end: equals begin once the record is complete
+//	16  8   lengths: topic length (low 32 bits), payload length (high 32);
+//	        all ones marks an abandoned record
+//	24      topic bytes, then payload bytes
+package ringlayout
+
+import "fmt"
+
+const (
+	Magic   uint64 = 0x31474e49524d4853 // "SHMRING1" little-endian
+	Version uint64 = 1
+
+	OffMagic     = 0
+	OffSlots     = 8
+	OffSlotSize  = 16
+	OffVersion   = 24
+	OffLock      = 64
+	OffNext      = 72
+	OffOversize  = 80
+	OffAbandoned = 88
+	OffFutex     = 128
+	OffSleepers  = 132
+	OffGroupLock = 192
+	OffGroups    = 256
+
+	Groups    = 64
+	GroupSize = 192
+
+	HeaderSize = OffGroups + Groups*GroupSize // 12544
+
+	GState        = 0
+	GPosition     = 8
+	GDelivered    = 16
+	GLapped       = 24
+	GSkipped      = 32
+	GAbandoned    = 40
+	GNameLen      = 48
+	GTopicLen     = 52
+	GName         = 56
+	GTopic        = 120
+	MaxGroupName  = 64
+	MaxGroupTopic = 64
+
+	GroupFree     = 0
+	GroupCreating = 1
+	GroupReady    = 2
+
+	SBegin = 0
+	SEnd   = 8
+	SLens  = 16
+	SBody  = 24
+
+	// AbandonedLens in a slot's lengths word marks a record whose producer
+	// died before finishing it.
+	AbandonedLens = ^uint64(0)
+
+	MinSlots    = 2
+	MaxSlots    = 1 << 30
+	MinSlotSize = 32
+	MaxSlotSize = 1 << 20
+
+	// MaxSeq bounds a valid next-sequence word; anything at or above it is
+	// corruption (a ring would need centuries of publishing to reach it).
+	MaxSeq = uint64(1) << 62
+)
+
+func init() {
+	for _, o := range []int{OffLock, OffNext, OffOversize, OffAbandoned, OffGroupLock, OffGroups, GroupSize, HeaderSize, GPosition, GName, GTopic} {
+		if o%8 != 0 {
+			panic(fmt.Sprintf("ringlayout: offset %d not 8-aligned", o))
+		}
+	}
+	if OffFutex%4 != 0 || OffSleepers%4 != 0 || HeaderSize%64 != 0 {
+		panic("ringlayout: misaligned header")
+	}
+}
+
+// GroupOff returns the offset of group entry i within the region.
+func GroupOff(i int) int { return OffGroups + i*GroupSize }
+
+// Length returns the region length a ring of this shape needs, or an error
+// when the shape is out of range. slotSize must be a multiple of 8.
+func Length(slots, slotSize int64) (int64, error) {
+	switch {
+	case slots < MinSlots || slots > MaxSlots:
+		return 0, fmt.Errorf("slots %d outside [%d, %d]", slots, MinSlots, MaxSlots)
+	case slotSize < MinSlotSize || slotSize > MaxSlotSize:
+		return 0, fmt.Errorf("slot size %d bytes outside [%d, %d]", slotSize, MinSlotSize, MaxSlotSize)
+	case slotSize%8 != 0:
+		return 0, fmt.Errorf("slot size %d bytes is not a multiple of 8", slotSize)
+	}
+	return HeaderSize + slots*slotSize, nil
+}

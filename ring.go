@@ -1,0 +1,707 @@
+package shmarena
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/shmarena/shmarena/internal/futex"
+	"github.com/shmarena/shmarena/internal/layout"
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/proc"
+	rl "github.com/shmarena/shmarena/internal/ringlayout"
+	"github.com/shmarena/shmarena/internal/rlock"
+)
+
+// A Record is one message of a ring. Payload is a private copy: it never
+// aliases the shared mapping, so the caller may keep and modify it.
+type Record struct {
+	// Topic is the topic the record was published under ("" for none).
+	Topic string
+	// Payload is the record's bytes (possibly empty, never shared).
+	Payload []byte
+	// Seq is the record's sequence number: 1 for the first record a ring
+	// ever held, then one more for each publish, abandoned ones included.
+	Seq uint64
+}
+
+// A Ring is a fixed circle of slots in an arena that holds the most recent
+// records published to it, each {topic, payload, sequence}. Producers in
+// any process publish; readers either follow it privately with a Cursor
+// (every cursor sees every record, a broadcast) or share a Group (each
+// record goes to one member, a work queue). When the ring is full the
+// oldest record is overwritten: readers that fall more than a lap behind
+// lose records and count them as lapped.
+//
+// A Ring handle is safe for concurrent use by goroutines, and any number
+// of processes may use the same ring at once. After the arena's Close,
+// every method returns ErrClosed, or false, zero or nil.
+type Ring struct {
+	a        *Arena
+	b        []byte // the whole mapping
+	name     string
+	off      int    // region offset in the mapping
+	slots    uint64 // from the directory entry, validated
+	slotSize int
+	maxBody  int // topic + payload bytes one slot holds
+	self     proc.Token
+}
+
+// RingStats are a ring's shared counters, summed over every process.
+type RingStats struct {
+	// Published is how many records were published and committed: the
+	// sequence numbers handed out, less the abandoned ones.
+	Published uint64
+	// Oversize is how many Publish calls were refused with ErrTooLarge.
+	Oversize uint64
+	// Abandoned is how many records were lost because their producer died
+	// while writing them (each leaves a sequence number no reader gets).
+	Abandoned uint64
+	// Slots is how many records the ring holds; SlotSize is the size of one
+	// slot in bytes, 24 bytes of header included.
+	Slots    int
+	SlotSize int
+}
+
+// A ReaderOption configures a Cursor or a Group.
+type ReaderOption func(*readerConfig)
+
+type readerConfig struct {
+	fromStart bool
+	topic     string
+}
+
+// FromStart makes a new Cursor, or a Group that does not exist yet, start
+// at the oldest record the ring still holds rather than at its head (the
+// next record to be published). Joining an existing group ignores it: the
+// group's shared position is where the pool left off.
+func FromStart() ReaderOption { return func(c *readerConfig) { c.fromStart = true } }
+
+// WithTopic binds a Group to one topic: it delivers only records
+// published under exactly that topic and steps over the rest, counting
+// them in GroupStats.Skipped. The empty topic means every topic. A topic
+// is at most 64 bytes. Cursor ignores this option: a cursor sees every
+// record.
+func WithTopic(topic string) ReaderOption { return func(c *readerConfig) { c.topic = topic } }
+
+// Tunables, variables so tests can shorten them.
+var (
+	// waitBackstop bounds one futex sleep, so a lost wake-up, a cancelled
+	// context or a producer that died mid-publish is noticed within it.
+	waitBackstop = 100 * time.Millisecond
+	// holeCheckAfter is how long a reader watches the publish lock held
+	// by the same owner, with nothing new committed, before asking whether
+	// that owner is alive.
+	holeCheckAfter = 50 * time.Millisecond
+)
+
+// publishHook, when set (by tests only), runs inside Publish after the
+// record is written and before it is committed, with the lock held.
+var publishHook func(seq uint64)
+
+func init() {
+	kinds[KindRing] = kindOps{validate: validateRing, reset: resetRing}
+	prev := wakeAllOnClose
+	wakeAllOnClose = func(b []byte) {
+		prev(b)
+		wakeRings(b)
+	}
+}
+
+// Ring finds the ring called name in the arena or creates it. Every
+// process must ask for the same shape: WithSlots (default 1024, in
+// [2, 2^30]) records of WithSlotSize bytes each (default 256, rounded up to
+// a multiple of 8, in [32, 2^20]; a record's topic and payload together
+// hold at most the slot size minus 24 bytes).
+//
+// Errors: ErrInvalid for a bad name, a shape out of range or a map-only
+// option (WithStripes); ErrShape when a region of that name exists as a map
+// or with another shape (the message names the field); ErrArenaFull when
+// the arena has no room; ErrCorrupt when the existing region is damaged;
+// ErrClosed after Close. Safe for concurrent use; creation is serialised
+// across processes by the arena's file lock.
+func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
+	if a.closed.Load() {
+		return nil, ErrClosed
+	}
+	cfg := regionConfig{slots: 1024, slotSize: 256}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.stripes != 0 || cfg.encoded {
+		return nil, fmt.Errorf("shmarena: ring %q: %w: stripes and encoding are map options", name, ErrInvalid)
+	}
+	if cfg.slotSize > 0 {
+		cfg.slotSize = (cfg.slotSize + 7) &^ 7
+	}
+	length, err := rl.Length(cfg.slots, cfg.slotSize)
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: ring %q: %w: %v", name, ErrInvalid, err)
+	}
+	spec := regionSpec{
+		name:   name,
+		kind:   KindRing,
+		length: length,
+		init: func(b []byte, off int64) {
+			o := int(off)
+			mem.Store64(b, o+rl.OffSlots, uint64(cfg.slots))
+			mem.Store64(b, o+rl.OffSlotSize, uint64(cfg.slotSize))
+			mem.Store64(b, o+rl.OffVersion, rl.Version)
+			mem.Store64(b, o+rl.OffNext, 1)
+			mem.Store64(b, o+rl.OffMagic, rl.Magic)
+		},
+	}
+	spec.params[0], spec.params[1], spec.params[2] = uint64(cfg.slots), uint64(cfg.slotSize), rl.Version
+	spec.names[0], spec.names[1], spec.names[2] = "slots", "slot size", "ring layout"
+	e, err := a.region(spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRingEntry(a.mem, e); err != nil {
+		return nil, fmt.Errorf("shmarena: ring %q: %w: %v", name, ErrCorrupt, err)
+	}
+	return &Ring{
+		a: a, b: a.mem, name: name, off: int(e.Offset),
+		slots: e.Params[0], slotSize: int(e.Params[1]), maxBody: int(e.Params[1]) - rl.SBody,
+		self: a.self,
+	}, nil
+}
+
+// checkRingEntry checks what a Ring handle caches: the shape in the
+// directory entry, the region length, and that the region lies in b.
+func checkRingEntry(b []byte, e layout.Entry) error {
+	if e.Params[2] != rl.Version {
+		return fmt.Errorf("ring layout version %d, this build reads %d", e.Params[2], rl.Version)
+	}
+	if e.Params[0] > rl.MaxSlots || e.Params[1] > rl.MaxSlotSize {
+		return fmt.Errorf("shape %d slots of %d bytes out of range", e.Params[0], e.Params[1])
+	}
+	need, err := rl.Length(int64(e.Params[0]), int64(e.Params[1]))
+	if err != nil {
+		return err
+	}
+	if layout.Align(need) != e.Length {
+		return fmt.Errorf("region is %d bytes, its shape needs %d", e.Length, layout.Align(need))
+	}
+	if e.Offset < 0 || e.Offset > int64(len(b)) || e.Length > int64(len(b))-e.Offset {
+		return fmt.Errorf("region [%d, +%d) outside the %d-byte mapping", e.Offset, e.Length, len(b))
+	}
+	return nil
+}
+
+// validateRing checks every field of a ready ring's header against its
+// directory entry and region length (the kinds hook, run on attach).
+func validateRing(b []byte, e layout.Entry) error {
+	if err := checkRingEntry(b, e); err != nil {
+		return err
+	}
+	o := int(e.Offset)
+	switch {
+	case mem.Load64(b, o+rl.OffMagic) != rl.Magic:
+		return fmt.Errorf("ring magic %#x", mem.Load64(b, o+rl.OffMagic))
+	case mem.Load64(b, o+rl.OffSlots) != e.Params[0]:
+		return fmt.Errorf("ring header says %d slots, directory %d", mem.Load64(b, o+rl.OffSlots), e.Params[0])
+	case mem.Load64(b, o+rl.OffSlotSize) != e.Params[1]:
+		return fmt.Errorf("ring header says slot size %d, directory %d", mem.Load64(b, o+rl.OffSlotSize), e.Params[1])
+	case mem.Load64(b, o+rl.OffVersion) != e.Params[2]:
+		return fmt.Errorf("ring header says layout %d, directory %d", mem.Load64(b, o+rl.OffVersion), e.Params[2])
+	}
+	next := mem.Load64(b, o+rl.OffNext)
+	if next == 0 || next >= rl.MaxSeq {
+		return fmt.Errorf("next sequence %d out of range", next)
+	}
+	if ab := mem.Load64(b, o+rl.OffAbandoned); ab >= next {
+		return fmt.Errorf("%d abandoned of %d sequences", ab, next-1)
+	}
+	for i := 0; i < rl.Groups; i++ {
+		g := o + rl.GroupOff(i)
+		st := mem.Load64(b, g+rl.GState)
+		if st > rl.GroupReady {
+			return fmt.Errorf("group entry %d has state %d", i, st)
+		}
+		if st != rl.GroupReady {
+			continue
+		}
+		nl, tl := mem.Load32(b, g+rl.GNameLen), mem.Load32(b, g+rl.GTopicLen)
+		if nl == 0 || nl > rl.MaxGroupName || tl > rl.MaxGroupTopic {
+			return fmt.Errorf("group entry %d has name length %d, topic length %d", i, nl, tl)
+		}
+		if p := mem.Load64(b, g+rl.GPosition); p == 0 || p > next {
+			return fmt.Errorf("group entry %d at position %d, ring head %d", i, p, next)
+		}
+	}
+	return nil
+}
+
+// resetRing clears what owners from a previous boot left: the publish and
+// group-table locks, the sleeper count, a record left half-written (marked
+// abandoned) and a group left half-created. The region was validated.
+func resetRing(b []byte, e layout.Entry) {
+	o := int(e.Offset)
+	mem.Store64(b, o+rl.OffLock, 0)
+	mem.Store64(b, o+rl.OffGroupLock, 0)
+	mem.Store32(b, o+rl.OffSleepers, 0)
+	for i := 0; i < rl.Groups; i++ {
+		g := o + rl.GroupOff(i)
+		if mem.Load64(b, g+rl.GState) == rl.GroupCreating {
+			mem.Store64(b, g+rl.GState, rl.GroupFree)
+		}
+	}
+	r := &Ring{b: b, off: o, slots: e.Params[0], slotSize: int(e.Params[1]), maxBody: int(e.Params[1]) - rl.SBody}
+	r.repair()
+}
+
+// wakeRings wakes every sleeper on every ring of the mapping; the arena's
+// Close calls it (through wakeAllOnClose) so this process's waiters see
+// the close. Other processes' sleepers wake too, find nothing and sleep
+// again. Entries are bounds-checked: a damaged directory wakes nothing.
+func wakeRings(b []byte) {
+	if len(b) < layout.HeaderSize {
+		return
+	}
+	for i := 0; i < layout.DirEntries; i++ {
+		e := layout.ReadEntry(b, i)
+		if e.State != layout.EntryReady || RegionKind(e.Kind) != KindRing ||
+			e.Offset < layout.HeaderSize || e.Offset%8 != 0 || e.Offset > int64(len(b))-rl.HeaderSize {
+			continue
+		}
+		o := int(e.Offset)
+		mem.Add32(b, o+rl.OffFutex, 1)
+		futex.Wake(mem.Ptr32(b, o+rl.OffFutex), math.MaxInt32)
+	}
+}
+
+// Name returns the ring's name.
+func (r *Ring) Name() string { return r.name }
+
+func (r *Ring) closed() bool { return r.a == nil || r.a.closed.Load() }
+
+func (r *Ring) slotOff(seq uint64) int {
+	return r.off + rl.HeaderSize + int(seq%r.slots)*r.slotSize
+}
+
+// Publish appends a record to the ring under topic ("" for none) and
+// returns its sequence number (the first record of a ring is 1). The
+// payload is copied; it may be empty. When the ring is full the oldest
+// record is overwritten.
+//
+// Errors: ErrTooLarge (counted in Stats().Oversize, nothing published)
+// when len(topic)+len(payload) exceeds the slot size minus 24 bytes;
+// ErrCorrupt when the ring's sequence word is damaged; ErrClosed after
+// Close.
+//
+// Any number of goroutines and processes may publish at once: a short
+// robust lock (held for one copy into the slot) orders them. A producer
+// that dies holding it leaves one hole, which the next publisher, or a
+// reader that finds it stuck, marks abandoned. Publish makes a system call
+// only when some reader is asleep in Wait.
+func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
+	if r.closed() {
+		return 0, ErrClosed
+	}
+	b := r.b
+	if len(topic) > r.maxBody || len(payload) > r.maxBody-len(topic) {
+		mem.Add64(b, r.off+rl.OffOversize, 1)
+		return 0, fmt.Errorf("shmarena: ring %q: %w: topic %d + payload %d bytes, a slot holds %d",
+			r.name, ErrTooLarge, len(topic), len(payload), r.maxBody)
+	}
+	lock := r.off + rl.OffLock
+	if rlock.Acquire(b, lock, r.self) {
+		r.repair()
+	}
+	s := mem.Load64(b, r.off+rl.OffNext)
+	if s == 0 || s >= rl.MaxSeq {
+		rlock.Release(b, lock)
+		return 0, fmt.Errorf("shmarena: ring %q: %w: next sequence %d", r.name, ErrCorrupt, s)
+	}
+	o := r.slotOff(s)
+	mem.Store64(b, o+rl.SBegin, s) // from here readers of s-slots see it lapped
+	mem.Store64(b, o+rl.SLens, uint64(len(topic))|uint64(len(payload))<<32)
+	mem.Write(b, o+rl.SBody, topic)
+	mem.Write(b, o+rl.SBody+len(topic), payload)
+	if h := publishHook; h != nil {
+		h(s)
+	}
+	mem.Store64(b, o+rl.SEnd, s)
+	mem.Store64(b, r.off+rl.OffNext, s+1) // commit
+	rlock.Release(b, lock)
+	r.wake()
+	return s, nil
+}
+
+// wake bumps the futex word after a commit and wakes sleepers, making the
+// system call only when a reader has announced itself.
+func (r *Ring) wake() {
+	f := r.off + rl.OffFutex
+	mem.Add32(r.b, f, 1)
+	if mem.Load32(r.b, r.off+rl.OffSleepers) != 0 {
+		futex.Wake(mem.Ptr32(r.b, f), math.MaxInt32)
+	}
+}
+
+// repair runs with the publish lock held after taking it from a dead
+// owner (or on reset after a reboot): a record begun but not committed
+// becomes an abandoned hole that readers step over, and is counted.
+func (r *Ring) repair() {
+	b := r.b
+	s := mem.Load64(b, r.off+rl.OffNext)
+	if s == 0 || s >= rl.MaxSeq {
+		return
+	}
+	o := r.slotOff(s)
+	if mem.Load64(b, o+rl.SBegin) != s {
+		return // the dead producer had not started: no hole
+	}
+	if !(mem.Load64(b, o+rl.SEnd) == s && mem.Load64(b, o+rl.SLens) == rl.AbandonedLens) {
+		// Not already marked by a recoverer that died in turn.
+		mem.Store64(b, o+rl.SLens, rl.AbandonedLens)
+		mem.Store64(b, o+rl.SEnd, s)
+		mem.Add64(b, r.off+rl.OffAbandoned, 1)
+	}
+	mem.Store64(b, r.off+rl.OffNext, s+1)
+	if r.a != nil {
+		r.wake()
+	}
+}
+
+// Head returns the sequence number the next record published will get:
+// one past the newest record (1 for an empty ring). A reader whose
+// position equals Head has read everything. It returns 0 after Close.
+// Safe for concurrent use; the value may be stale as soon as it returns.
+func (r *Ring) Head() uint64 {
+	if r.closed() {
+		return 0
+	}
+	return mem.Load64(r.b, r.off+rl.OffNext)
+}
+
+// Stats returns the ring's counters (the zero RingStats after Close).
+// Each field is read atomically; together they are a near-snapshot.
+func (r *Ring) Stats() RingStats {
+	if r.closed() {
+		return RingStats{}
+	}
+	next := mem.Load64(r.b, r.off+rl.OffNext)
+	ab := mem.Load64(r.b, r.off+rl.OffAbandoned)
+	var pub uint64
+	if next > ab+1 {
+		pub = next - 1 - ab
+	}
+	return RingStats{
+		Published: pub,
+		Oversize:  mem.Load64(r.b, r.off+rl.OffOversize),
+		Abandoned: ab,
+		Slots:     int(r.slots),
+		SlotSize:  r.slotSize,
+	}
+}
+
+// oldest returns the oldest sequence the ring may still hold, given next.
+func (r *Ring) oldest(next uint64) uint64 {
+	if next > r.slots {
+		return next - r.slots
+	}
+	return 1
+}
+
+// readResult says what a reader found at a sequence number.
+type readResult int
+
+const (
+	readOK        readResult = iota
+	readLapped               // overwritten by a newer record before or while read
+	readAbandoned            // a hole left by a dead producer, or a damaged slot
+	readSkipped              // another topic than the reader is bound to
+)
+
+// read copies the record at seq, which must be below the ring's next
+// sequence. bound says whether only records of topic are wanted; prev is
+// a topic string to reuse when equal, to save an allocation. Every length
+// taken from the slot is checked before use.
+func (r *Ring) read(seq uint64, bound bool, topic, prev string) (Record, readResult) {
+	if seq == 0 {
+		return Record{}, readAbandoned
+	}
+	b := r.b
+	o := r.slotOff(seq)
+	begin := mem.Load64(b, o+rl.SBegin)
+	if begin != seq {
+		if begin > seq {
+			return Record{}, readLapped
+		}
+		return Record{}, readAbandoned // never written: damaged
+	}
+	// lost says why a check failed: the slot moved on, or it is damaged.
+	lost := func() (Record, readResult) {
+		if mem.Load64(b, o+rl.SBegin) != seq {
+			return Record{}, readLapped
+		}
+		return Record{}, readAbandoned
+	}
+	if mem.Load64(b, o+rl.SEnd) != seq {
+		return lost()
+	}
+	lens := mem.Load64(b, o+rl.SLens)
+	tl, pl := uint64(uint32(lens)), lens>>32
+	if lens == rl.AbandonedLens || tl+pl > uint64(r.maxBody) {
+		return lost()
+	}
+	body := o + rl.SBody
+	if bound && (tl != uint64(len(topic)) || !mem.Equal(b, body, topic)) {
+		if mem.Load64(b, o+rl.SBegin) != seq {
+			return Record{}, readLapped
+		}
+		return Record{}, readSkipped
+	}
+	var rec Record
+	switch {
+	case bound:
+		rec.Topic = topic
+	case tl == uint64(len(prev)) && mem.Equal(b, body, prev):
+		rec.Topic = prev
+	case tl > 0:
+		rec.Topic = string(mem.AppendBytes(nil, b, body, int(tl)))
+	}
+	rec.Payload = mem.AppendBytes(make([]byte, 0, int(pl)), b, body+int(tl), int(pl))
+	if mem.Load64(b, o+rl.SBegin) != seq {
+		return Record{}, readLapped
+	}
+	rec.Seq = seq
+	return rec, readOK
+}
+
+// holeWatch follows the publish lock from one reader's point of view, to
+// notice a producer that died holding it without asking /proc on every
+// empty read.
+type holeWatch struct {
+	owner, next uint64
+	since       time.Time
+}
+
+// checkHole is called by a reader that found nothing new. If the publish
+// lock has been held by the same other process, with nothing committed,
+// for holeCheckAfter, it asks whether that owner is alive; if not, it takes
+// the lock over, repairs the hole and reports true.
+func (r *Ring) checkHole(w *holeWatch) bool {
+	b := r.b
+	lock := r.off + rl.OffLock
+	owner := mem.Load64(b, lock)
+	if owner == 0 || owner == uint64(r.self) {
+		w.owner = 0
+		return false
+	}
+	next := mem.Load64(b, r.off+rl.OffNext)
+	now := time.Now()
+	if owner != w.owner || next != w.next {
+		*w = holeWatch{owner: owner, next: next, since: now}
+		return false
+	}
+	if now.Sub(w.since) < holeCheckAfter {
+		return false
+	}
+	w.since = now
+	ok, recovered := rlock.TryAcquire(b, lock, r.self)
+	if !ok {
+		return false
+	}
+	if recovered {
+		r.repair()
+	}
+	rlock.Release(b, lock)
+	return recovered
+}
+
+// wait blocks until avail reports true, ctx ends or the arena closes. A
+// sleeper announces itself and reads the futex word before re-checking,
+// so a commit after the check changes the word and wakes it.
+func (r *Ring) wait(ctx context.Context, avail func() bool) error {
+	if r.closed() {
+		return ErrClosed
+	}
+	if avail() {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b := r.b
+	f, sl := r.off+rl.OffFutex, r.off+rl.OffSleepers
+	stop := context.AfterFunc(ctx, func() {
+		if !r.closed() {
+			mem.Add32(b, f, 1)
+			futex.Wake(mem.Ptr32(b, f), math.MaxInt32)
+		}
+	})
+	defer stop()
+	for {
+		mem.Add32(b, sl, 1)
+		v := mem.Load32(b, f)
+		var err error
+		switch {
+		case r.closed():
+			err = ErrClosed
+		case avail():
+		case ctx.Err() != nil:
+			err = ctx.Err()
+		default:
+			futex.Wait(mem.Ptr32(b, f), v, waitBackstop)
+			mem.Add32(b, sl, ^uint32(0))
+			continue
+		}
+		mem.Add32(b, sl, ^uint32(0))
+		return err
+	}
+}
+
+// sleepers returns the number of announced sleepers (for tests and
+// benchmarks).
+func (r *Ring) sleepers() uint32 { return mem.Load32(r.b, r.off+rl.OffSleepers) }
+
+// A Cursor is a broadcast reader of a ring: its position lives in this
+// process, so every cursor sees every record, whoever else reads. It
+// follows a Redis Streams XREAD or a Kafka consumer without a group.
+// Its methods are safe for concurrent use by goroutines (they share the
+// one position) and never block, except Wait.
+type Cursor struct {
+	r   *Ring
+	mu  sync.Mutex
+	pos uint64
+	st  CursorStats
+	hw  holeWatch
+	top string // last topic read, reused to avoid an allocation
+}
+
+// CursorStats are one cursor's counts. Delivered + Lapped + Abandoned
+// equals the records published since the cursor started (from its start
+// position up to Position).
+type CursorStats struct {
+	// Position is the sequence number the cursor reads next.
+	Position uint64
+	// Delivered counts records returned by Next and Read.
+	Delivered uint64
+	// Lapped counts records overwritten before the cursor reached them.
+	Lapped uint64
+	// Abandoned counts holes left by producers that died mid-publish, and
+	// damaged slots, that the cursor stepped over.
+	Abandoned uint64
+}
+
+// Cursor returns a new broadcast reader positioned at the ring's head, so
+// it sees records published from now on, or with FromStart at the oldest
+// record the ring still holds. WithTopic is ignored. After Close the
+// cursor it returns reads nothing.
+func (r *Ring) Cursor(opts ...ReaderOption) *Cursor {
+	var cfg readerConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c := &Cursor{r: r}
+	if r.closed() {
+		return c
+	}
+	next := mem.Load64(r.b, r.off+rl.OffNext)
+	c.pos = next
+	if cfg.fromStart {
+		c.pos = r.oldest(next)
+	}
+	c.st.Position = c.pos
+	return c
+}
+
+// Next returns the next record and true, or false when nothing new is
+// readable now (or after Close). It never blocks. A cursor more than a lap
+// behind jumps to the oldest record still held and counts the gap as
+// lapped; holes and damaged slots are stepped over and counted.
+func (c *Cursor) Next() (Record, bool) {
+	if c.r.closed() {
+		return Record{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.next(0)
+}
+
+func (c *Cursor) next(limit uint64) (Record, bool) {
+	r := c.r
+	repaired := false
+	for {
+		next := mem.Load64(r.b, r.off+rl.OffNext)
+		if limit != 0 && next > limit {
+			next = limit
+		}
+		if c.pos >= next {
+			if !repaired && r.checkHole(&c.hw) {
+				repaired = true
+				continue
+			}
+			return Record{}, false
+		}
+		if next-c.pos > r.slots {
+			c.st.Lapped += next - r.slots - c.pos
+			c.pos = next - r.slots
+		}
+		rec, res := r.read(c.pos, false, "", c.top)
+		c.pos++
+		c.st.Position = c.pos
+		switch res {
+		case readOK:
+			c.st.Delivered++
+			c.top = rec.Topic
+			return rec, true
+		case readLapped:
+			c.st.Lapped++
+		default:
+			c.st.Abandoned++
+		}
+	}
+}
+
+// Read returns up to max records (all that are readable now when max <= 0),
+// oldest first, or nil when there are none or after Close. It never
+// blocks; with max <= 0 it stops at the head it saw on entry.
+func (c *Cursor) Read(max int) []Record {
+	if c.r.closed() {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	limit := mem.Load64(c.r.b, c.r.off+rl.OffNext)
+	var out []Record
+	for max <= 0 || len(out) < max {
+		rec, ok := c.next(limit)
+		if !ok {
+			break
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// Wait blocks until a record may be readable by this cursor (Next may
+// still return false: a later record may have been a hole, and a
+// concurrent goroutine may have read it), ctx ends (returns ctx.Err()) or
+// the arena closes (ErrClosed). It returns nil at once when something is
+// already readable. It sleeps on a futex shared with producers, waking at
+// least every 100 ms to notice a producer that died mid-publish.
+func (c *Cursor) Wait(ctx context.Context) error {
+	return c.r.wait(ctx, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.pos < mem.Load64(c.r.b, c.r.off+rl.OffNext) {
+			return true
+		}
+		return c.r.checkHole(&c.hw)
+	})
+}
+
+// Stats returns the cursor's counts (zero after Close).
+func (c *Cursor) Stats() CursorStats {
+	if c.r.closed() {
+		return CursorStats{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st
+}
