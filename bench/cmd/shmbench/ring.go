@@ -376,7 +376,7 @@ func ringRun(peerName, dir, addr string, arg ringArg) (recv, time.Duration, erro
 }
 
 func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
-	tput := ringArg{mode: "tput", n: 1 << 24, limit: 1500 * time.Millisecond}
+	tput := ringArg{mode: "tput", n: 1 << 24, limit: time.Second}
 	lat := ringArg{mode: "lat", n: 1000, gap: time.Millisecond}
 	if short {
 		tput = ringArg{mode: "tput", n: 1 << 16, limit: 100 * time.Millisecond}
@@ -390,12 +390,14 @@ func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 			continue
 		}
 		res := ringResult{peer: p}
-		rc, el, err := ringRun(p, dir, addr, tput)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s throughput: %w", p, err)
+		for rep := 0; rep < 2; rep++ { // best of two: the machine is shared
+			rc, el, err := ringRun(p, dir, addr, tput)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s throughput: %w", p, err)
+			}
+			res.throughput = max(res.throughput, float64(rc.n)/el.Seconds())
 		}
-		res.throughput = float64(rc.n) / el.Seconds()
-		rc, _, err = ringRun(p, dir, addr, lat)
+		rc, _, err := ringRun(p, dir, addr, lat)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s latency: %w", p, err)
 		}

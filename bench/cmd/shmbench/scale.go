@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -88,6 +89,19 @@ func (s *scaleMap) insertRange(keys []string, lo, hi int, val []byte) (float64, 
 	return float64(time.Since(start).Nanoseconds()) / float64(max(hi-lo, 1)), nil
 }
 
+// bestReads is the fastest of three reads runs (the machine is shared).
+func (s *scaleMap) bestReads(keys []string, present, n int, miss bool, seed uint64) (float64, error) {
+	best := math.Inf(1)
+	for i := uint64(0); i < 3; i++ {
+		ns, err := s.reads(keys, present, n, miss, seed+i*1000)
+		if err != nil {
+			return 0, err
+		}
+		best = min(best, ns)
+	}
+	return best, nil
+}
+
 // reads looks up n random keys among keys[:present] (or misses) and
 // returns ns per read.
 func (s *scaleMap) reads(keys []string, present, n int, miss bool, seed uint64) (float64, error) {
@@ -149,12 +163,12 @@ func scaleBench(dir string, short bool, maxSlots int) (*scaleResult, []string, e
 			return nil, nil, err
 		}
 		filled = target
-		hit, err := sm.reads(keys, filled, nreads, false, 1)
+		hit, err := sm.bestReads(keys, filled, nreads, false, 1)
 		if err != nil {
 			sm.close()
 			return nil, nil, err
 		}
-		mis, err := sm.reads(keys, filled, nreads/4, true, 2)
+		mis, err := sm.bestReads(keys, filled, nreads/4, true, 2)
 		if err != nil {
 			sm.close()
 			return nil, nil, err
@@ -195,10 +209,10 @@ func scaleBench(dir string, short bool, maxSlots int) (*scaleResult, []string, e
 			sm.close()
 			return nil, nil, err
 		}
-		hit, err := sm.reads(keys, n, nreads, false, 3)
+		hit, err := sm.bestReads(keys, n, nreads, false, 3)
 		if err == nil {
 			var mis float64
-			mis, err = sm.reads(keys, n, nreads/4, true, 4)
+			mis, err = sm.bestReads(keys, n, nreads/4, true, 4)
 			if err == nil {
 				gm := goMapRead(keys, nreads, val)
 				logf("  %d slots at %.0f%%: read hit %.0f ns, read miss %.0f ns, insert %.0f ns; RWMutex map read %.0f ns", slots, growLoad*100, hit, mis, ins, gm)
@@ -225,9 +239,13 @@ func goMapRead(keys []string, n int, val []byte) float64 {
 		idx[i] = int32(r.IntN(len(keys)))
 	}
 	buf := make([]byte, 0, 128)
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		buf, _ = st.get(keys[idx[i&(len(idx)-1)]], buf)
+	best := math.Inf(1)
+	for rep := 0; rep < 3; rep++ {
+		start := time.Now()
+		for i := 0; i < n; i++ {
+			buf, _ = st.get(keys[idx[i&(len(idx)-1)]], buf)
+		}
+		best = min(best, float64(time.Since(start).Nanoseconds())/float64(n))
 	}
-	return float64(time.Since(start).Nanoseconds()) / float64(n)
+	return best
 }
