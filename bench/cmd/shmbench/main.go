@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,8 +47,9 @@ var (
 	flagShort   = flag.Bool("short", os.Getenv("SHMBENCH_SHORT") != "", "quick mode: small key set, short runs (also SHMBENCH_SHORT=1)")
 	flagOut     = flag.String("out", ".", "directory for results.md and the SVG charts")
 	flagRedis   = flag.String("redis", "auto", `"auto" starts redis-server on 127.0.0.1 if installed; "off" skips Redis; else host:port of a running server`)
-	flagDur     = flag.Duration("dur", 0, "time per measurement (default 250ms, 40ms with -short)")
+	flagDur     = flag.Duration("dur", 0, "time per measurement (default 200ms, 40ms with -short)")
 	flagReps    = flag.Int("reps", 0, "measurements per cell, best kept (default 3, 2 with -short)")
+	flagPeers   = flag.String("peers", "", "comma-separated map peers to run (default all), e.g. shmarena for profiling")
 	flagOnly    = flag.String("only", "map,ring,scale", "sections to run")
 	flagMaxSlot = flag.Int("maxslots", 10_000_000, "largest map in the growth curve")
 	flagCPU     = flag.String("cpuprofile", "", "write a CPU profile of the parent process here")
@@ -128,7 +130,7 @@ func (env *benchEnv) keysFor(op Op, run, proc int) []string {
 	case OpAdd:
 		ks = shuffled(env.ctr, uint64(proc+1))
 	case OpInsert:
-		ks = genKeys(fmt.Sprintf("n%03d%d:", run%1000, proc), env.nkeys/2)
+		ks = genKeys(fmt.Sprintf("n%03d%d:", run%1000, proc), env.nkeys/10)
 	case OpDelete:
 		for i := proc; i < len(env.hit); i += 2 {
 			ks = append(ks, env.hit[i])
@@ -197,6 +199,7 @@ func startRedis() (*redisServer, string, error) {
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--protected-mode", "no", "--databases", "4", "--loglevel", "warning")
 	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 	if err := cmd.Start(); err != nil {
 		return nil, "", err
 	}
@@ -321,6 +324,17 @@ func worker() error {
 		if err := awaitGo(); err != nil {
 			return err
 		}
+		if d := os.Getenv("SHMBENCH_WORKER_PROFILE"); d != "" {
+			// Profile this worker's half of a 2-process run (for finding
+			// what slows shmarena under a second process).
+			name := strings.NewReplacer(" ", "_", "/", "_", ".", "_").Replace(fmt.Sprintf("%s-%v-%d", p.name, op, *flagWVal))
+			f, err := os.Create(filepath.Join(d, name+".pprof"))
+			if err != nil {
+				return err
+			}
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
 		r := runLoop(st, op, keys, env.masks[len(env.masks)/2:], val, env.dur)
 		fmt.Printf("%d %d %d\n", r.ops, r.el.Nanoseconds(), r.bad)
 		return nil
@@ -349,6 +363,15 @@ func mapBench(env *benchEnv, vsizes []int) ([]cell, []string, error) {
 	var cells []cell
 	var notes []string
 	ps := peers(env)
+	if *flagPeers != "" {
+		var keep []peer
+		for _, p := range ps {
+			if has(*flagPeers, p.name) {
+				keep = append(keep, p)
+			}
+		}
+		ps = keep
+	}
 	run := 0
 	for _, vsize := range vsizes {
 		val := valueOf(vsize)
@@ -494,15 +517,15 @@ func run() error {
 	short := *flagShort
 	dur := *flagDur
 	if dur == 0 {
-		dur = 250 * time.Millisecond
+		dur = 200 * time.Millisecond
 		if short {
 			dur = 40 * time.Millisecond
 		}
 	}
-	nkeys, slots, reps := 100_000, 1<<20, 3
+	nkeys, slots, reps := 100_000, 1<<18, 3
 	vsizes := []int{64, 512}
 	if short {
-		nkeys, slots, reps = 10_000, 1<<16, 2
+		nkeys, slots, reps = 10_000, 1<<15, 2
 		vsizes = []int{64}
 	}
 	if *flagReps > 0 {
@@ -561,7 +584,12 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		rep.cells, rep.peers = cells, peerNames(peers(env))
+		rep.cells = cells
+		for _, p := range peers(env) {
+			if *flagPeers == "" || has(*flagPeers, p.name) {
+				rep.peers = append(rep.peers, p.name)
+			}
+		}
 		rep.notes = append(rep.notes, notes...)
 	}
 	if has(*flagOnly, "ring") {
@@ -592,14 +620,6 @@ func run() error {
 		return err
 	}
 	return rep.charts(*flagOut)
-}
-
-func peerNames(ps []peer) []string {
-	var out []string
-	for _, p := range ps {
-		out = append(out, p.name)
-	}
-	return out
 }
 
 // profileOp runs one shmarena operation alone, for -cpuprofile.

@@ -152,7 +152,7 @@ func (r *report) markdown() string {
 	if r.short {
 		mode = "short (-short: smoke test, numbers are not meaningful)"
 	}
-	w("- mode: %s; %d keys of %d bytes per value size; each map figure is the best of %d interleaved measurements of %v; shmarena map of %d slots, 64 stripes; scratch files on tmpfs\n",
+	w("- mode: %s; %d keys of %d bytes per value size; each map figure is the best of %d interleaved measurements of %v; shmarena maps of %d slots, 64 stripes; scratch files on tmpfs\n",
 		mode, r.nkeys, keyLen, r.reps, r.dur, r.slots)
 	w("- generated %s by bench/run.sh (`go run ./cmd/shmbench`), total %v. One run on a shared, noisy machine: compare ratios within this file, not across runs.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
@@ -178,7 +178,9 @@ func (r *report) markdown() string {
 		w("Each peer does the same operations on the same 24-byte keys. Reads copy the value out. Writes of the in-process maps store a private copy of the value. ")
 		w("bbolt: one transaction per operation, NoSync. Redis: GET/SET/INCR/DEL, one command per round trip, or 16 per pipeline (\"pipe16\"). ")
 		w("\"2\" = two processes at once (the bench re-executes itself as a second worker), aggregate ops/s over the longer of the two runs. ")
-		w("insert and delete use each key once (%d per process), so their runs are short.\n\n", r.nkeys/2)
+		w("insert and delete use each key once (%d new keys per process per run for insert, %d present ones for delete), so their runs are short. ", r.nkeys/10, r.nkeys/2)
+		w("shmarena keeps values in a map of %d slots (%.0f%% full before the inserts, about %.0f%% after them all) and counters in a second map of %d slots of %d bytes.\n\n",
+			r.slots, 100*float64(r.nkeys)/float64(r.slots), 100*float64(r.nkeys+3*r.reps*r.nkeys/10)/float64(r.slots), r.slots, ctrSlotSize)
 		for _, v := range r.vsizes() {
 			w("### %d-byte values\n\n| op | procs |", v)
 			for _, p := range r.peers {

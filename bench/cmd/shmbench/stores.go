@@ -65,18 +65,24 @@ func b(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // --- shmarena ---
 
+// shmStore keeps values in one map and counters in another, sized for
+// their entries (a Redis keyspace holds both; a shmarena user sizes a map
+// per kind of entry).
 type shmStore struct {
 	a   *shmarena.Arena
-	m   *shmarena.Map
+	m   *shmarena.Map // values
+	c   *shmarena.Map // counters
 	buf []byte
 }
 
 func shmSlotSize(vsize int) int { return (32 + keyLen + vsize + 7) &^ 7 }
 
+const ctrSlotSize = 32 + 8 + keyLen
+
 func openShm(env *benchEnv, vsize int, create bool) (Store, error) {
 	path := filepath.Join(env.dir, fmt.Sprintf("arena-%d", vsize))
 	slots := env.mapSlots
-	size := int64(1<<20) + int64(slots)*int64(shmSlotSize(vsize)) + 1<<16
+	size := int64(1<<20) + int64(slots)*int64(shmSlotSize(vsize)+ctrSlotSize) + 1<<16
 	var opts []shmarena.OpenOption
 	if create {
 		opts = append(opts, shmarena.WithSize(size))
@@ -85,12 +91,17 @@ func openShm(env *benchEnv, vsize int, create bool) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.Map("bench", shmarena.WithSlots(slots), shmarena.WithSlotSize(shmSlotSize(vsize)))
+	m, err := a.Map("values", shmarena.WithSlots(slots), shmarena.WithSlotSize(shmSlotSize(vsize)))
 	if err != nil {
 		a.Close()
 		return nil, err
 	}
-	return &shmStore{a: a, m: m, buf: make([]byte, 0, vsize)}, nil
+	c, err := a.Map("counters", shmarena.WithSlots(slots), shmarena.WithSlotSize(ctrSlotSize))
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	return &shmStore{a: a, m: m, c: c, buf: make([]byte, 0, vsize)}, nil
 }
 
 func (s *shmStore) Do(op Op, keys []string, wmask uint32, val []byte) (bad int) {
@@ -117,7 +128,7 @@ func (s *shmStore) Do(op Op, keys []string, wmask uint32, val []byte) (bad int) 
 		}
 	case OpAdd:
 		for _, k := range keys {
-			if _, err := m.Add(k, 1); err != nil {
+			if _, err := s.c.Add(k, 1); err != nil {
 				bad++
 			}
 		}
@@ -148,7 +159,7 @@ func (s *shmStore) Fill(keys []string, val []byte, counters []string) error {
 		}
 	}
 	for _, k := range counters {
-		if _, err := s.m.Add(k, 0); err != nil {
+		if _, err := s.c.Add(k, 0); err != nil {
 			return err
 		}
 	}
