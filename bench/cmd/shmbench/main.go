@@ -339,6 +339,15 @@ func worker() error {
 		fmt.Printf("%d %d %d\n", r.ops, r.el.Nanoseconds(), r.bad)
 		return nil
 	case "ring":
+		if d := os.Getenv("SHMBENCH_WORKER_PROFILE"); d != "" && strings.HasPrefix(*flagWArg, "tput") {
+			name := strings.NewReplacer(" ", "_", "+", "_").Replace("ring-producer-" + *flagWPeer)
+			f, err := os.Create(filepath.Join(d, name+".pprof"))
+			if err != nil {
+				return err
+			}
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
 		if err := ringWorker(*flagWPeer, *flagWDir, *flagWRAddr, *flagWArg); err != nil {
 			return err
 		}

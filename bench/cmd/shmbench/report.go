@@ -126,17 +126,22 @@ func (r *report) targets() []target {
 		mk("counter add vs Redis INCR, 1 per round trip (1 proc)", r.ratio(r.vsizes()[0], 1, OpAdd, "Redis"), 500)
 		mk("counter add vs Redis INCR, 1 per round trip (2 procs)", r.ratio(r.vsizes()[0], 2, OpAdd, "Redis"), 500)
 	}
-	var ring, sock float64
+	var ring, spin, sock float64
 	for _, x := range r.ring {
 		switch x.peer {
 		case "shmarena ring":
 			ring = x.throughput
+		case "shmarena ring+spin":
+			spin = x.throughput
 		case "Unix socket":
 			sock = x.throughput
 		}
 	}
 	if ring > 0 && sock > 0 {
-		mk("ring throughput vs Unix socket", ring/sock, 10)
+		mk("ring throughput vs Unix socket (Group.Claim/Wait as shipped)", ring/sock, 10)
+	}
+	if spin > 0 && sock > 0 {
+		mk(fmt.Sprintf("ring throughput vs Unix socket (consumer polls %v before Wait)", spinFor), spin/sock, 10)
 	}
 	return ts
 }
