@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -545,6 +546,13 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		os.RemoveAll(dir) // redis-server and workers die with us (Pdeathsig, pipes)
+		os.Exit(1)
+	}()
 	if *flagCPU != "" {
 		f, err := os.Create(*flagCPU)
 		if err != nil {

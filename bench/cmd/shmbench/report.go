@@ -328,12 +328,14 @@ func (r *report) charts(dir string) error {
 					shown = append(shown, peer)
 				}
 			}
-			w := vg.Points(8)
+			w := vg.Points(11)
+			top := 0.0
 			for i, peer := range shown {
 				vals := make(plotter.Values, numOps)
 				for op := Op(0); op < numOps; op++ {
 					if c, ok := r.get(v, procs, op, peer); ok {
 						vals[op] = math.Log10(c.opsPerSec)
+						top = max(top, vals[op])
 					}
 				}
 				bc, err := plotter.NewBarChart(vals, w)
@@ -347,9 +349,12 @@ func (r *report) charts(dir string) error {
 				p.Legend.Add(peer, bc)
 			}
 			p.Legend.Top = true
-			p.Legend.Left = false
+			p.Legend.Left = true
+			p.Legend.XOffs = vg.Points(10)
 			p.NominalX(names...)
+			p.X.Min, p.X.Max = -0.7, float64(numOps)-0.3
 			p.Y.Min = 0
+			p.Y.Max = math.Ceil(top) + 3 // room for the legend above the bars
 			if err := p.Save(26*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("map-%dB-%dproc.svg", v, procs))); err != nil {
 				return err
 			}
@@ -363,7 +368,7 @@ func (r *report) charts(dir string) error {
 		var names []string
 		vals := make(plotter.Values, len(r.ring))
 		for i, x := range r.ring {
-			names = append(names, fmt.Sprintf("%s\np50 %v", x.peer, x.p50.Round(time.Microsecond/10)))
+			names = append(names, fmt.Sprintf("%s\nwake p50 %v", x.peer, x.p50.Round(time.Microsecond)))
 			vals[i] = math.Log10(x.throughput)
 		}
 		bc, err := plotter.NewBarChart(vals, vg.Points(30))
@@ -373,8 +378,9 @@ func (r *report) charts(dir string) error {
 		bc.Color = plotutil.Color(0)
 		p.Add(bc)
 		p.NominalX(names...)
+		p.X.Min, p.X.Max = -0.7, float64(len(r.ring))-0.3
 		p.Y.Min = 0
-		if err := p.Save(18*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, "ring.svg")); err != nil {
+		if err := p.Save(22*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, "ring.svg")); err != nil {
 			return err
 		}
 	}
