@@ -48,7 +48,7 @@ var (
 	flagShort   = flag.Bool("short", os.Getenv("SHMBENCH_SHORT") != "", "quick mode: small key set, short runs (also SHMBENCH_SHORT=1)")
 	flagOut     = flag.String("out", ".", "directory for results.md and the SVG charts")
 	flagRedis   = flag.String("redis", "auto", `"auto" starts redis-server on 127.0.0.1 if installed; "off" skips Redis; else host:port of a running server`)
-	flagDur     = flag.Duration("dur", 0, "time per measurement (default 200ms, 40ms with -short)")
+	flagDur     = flag.Duration("dur", 0, "time per measurement (default 150ms, 40ms with -short)")
 	flagReps    = flag.Int("reps", 0, "measurements per cell, best kept (default 3, 2 with -short)")
 	flagPeers   = flag.String("peers", "", "comma-separated map peers to run (default all), e.g. shmarena for profiling")
 	flagOnly    = flag.String("only", "map,ring,scale", "sections to run")
@@ -527,7 +527,7 @@ func run() error {
 	short := *flagShort
 	dur := *flagDur
 	if dur == 0 {
-		dur = 200 * time.Millisecond
+		dur = 150 * time.Millisecond
 		if short {
 			dur = 40 * time.Millisecond
 		}
@@ -590,7 +590,13 @@ func run() error {
 	}
 	if lmdbOpen == nil {
 		rep.notes = append(rep.notes, lmdbMissing)
+	} else {
+		rep.notes = append(rep.notes, "LMDB through a minimal cgo binding over Debian's liblmdb-dev (cmd/shmbench/lmdb.go, -tags lmdb): "+
+			"the maintained Go binding github.com/PowerDNS/lmdb-go is refused by this machine's Go module proxy (403). "+
+			"MDB_NOSYNC, one write transaction per write, reads renew a reset read-only transaction; one cgo call per operation.")
 	}
+	rep.machine = append(rep.machine, "load average at start: "+loadAvg())
+
 	env := newEnv(dir, addr, nkeys, slots, dur)
 	env.reps = reps
 	rep.reps = reps
@@ -628,6 +634,7 @@ func run() error {
 		rep.notes = append(rep.notes, notes...)
 	}
 	rep.elapsed = time.Since(t0)
+	rep.notes = append(rep.notes, "Load average at the end: "+loadAvg()+" (other tenants share this 2-core machine; every figure is slowed by them, in-memory ones most).")
 	if err := os.MkdirAll(*flagOut, 0o755); err != nil {
 		return err
 	}
@@ -663,4 +670,16 @@ func profileOp(dir, name string, nkeys, slots int, dur time.Duration) error {
 	r := runLoop(st, op, env.keysFor(op, 1, 0), env.masks, val, dur)
 	fmt.Printf("shmarena %v: %.0f ops/s (%d ops, %d bad)\n", op, float64(r.ops)/r.el.Seconds(), r.ops, r.bad)
 	return nil
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

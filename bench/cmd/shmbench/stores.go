@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -193,10 +194,17 @@ func (s *rwStore) get(k string, buf []byte) ([]byte, bool) {
 	return buf, ok
 }
 
+// set stores a private copy of val. A new key is stored as a private copy
+// too (strings.Clone), as a key that arrived in a request would be: the
+// lookups then compare key bytes, as shmarena's do, instead of finding the
+// very string they look up by pointer.
 func (s *rwStore) set(k string, val []byte) {
 	v := make([]byte, len(val))
 	copy(v, val)
 	s.mu.Lock()
+	if _, ok := s.m[k]; !ok {
+		k = strings.Clone(k)
+	}
 	s.m[k] = v
 	s.mu.Unlock()
 }
@@ -258,7 +266,7 @@ func (s *rwStore) Fill(keys []string, val []byte, counters []string) error {
 	}
 	s.mu.Lock()
 	for _, k := range counters {
-		s.c[k] = 0
+		s.c[strings.Clone(k)] = 0
 	}
 	s.mu.Unlock()
 	return nil
@@ -287,6 +295,9 @@ func (s *syncStore) Do(op Op, keys []string, wmask uint32, val []byte) (bad int)
 	set := func(k string) {
 		v := make([]byte, len(val))
 		copy(v, val)
+		if op == OpInsert {
+			k = strings.Clone(k) // a private key, as in rwStore.set
+		}
 		s.m.Store(k, v)
 	}
 	switch op {
@@ -338,10 +349,10 @@ func (s *syncStore) Fill(keys []string, val []byte, counters []string) error {
 	for _, k := range keys {
 		v := make([]byte, len(val))
 		copy(v, val)
-		s.m.Store(k, v)
+		s.m.Store(strings.Clone(k), v)
 	}
 	for _, k := range counters {
-		s.m.Store(k, new(atomic.Int64))
+		s.m.Store(strings.Clone(k), new(atomic.Int64))
 	}
 	return nil
 }
