@@ -75,7 +75,9 @@ func TestQuickRun(t *testing.T) {
 // The benchmarks below isolate shmarena's map hot paths for profiling:
 //
 //	go test -run '^$' -bench Map -cpuprofile cpu.out && go tool pprof -top cpu.out
-func benchMap(b *testing.B) (*shmarena.Map, []string) {
+func benchMap(b *testing.B) (*shmarena.Map, []string) { return benchMapN(b, 1<<18, 100_000) }
+
+func benchMapN(b *testing.B, slots, n int) (*shmarena.Map, []string) {
 	dir := b.TempDir()
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		d, err := os.MkdirTemp("/dev/shm", "shmbench-test-")
@@ -89,11 +91,11 @@ func benchMap(b *testing.B) (*shmarena.Map, []string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { a.Close() })
-	m, err := a.Map("m", shmarena.WithSlots(1<<18), shmarena.WithSlotSize(128))
+	m, err := a.Map("m", shmarena.WithSlots(slots), shmarena.WithSlotSize(128))
 	if err != nil {
 		b.Fatal(err)
 	}
-	keys := make([]string, 100_000)
+	keys := make([]string, n)
 	val := make([]byte, 64)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("key:%020d", i)
@@ -113,6 +115,34 @@ func BenchmarkMapLoad(b *testing.B) {
 		if buf, ok = m.AppendLoad(buf[:0], keys[i%len(keys)]); !ok {
 			b.Fatal("miss")
 		}
+	}
+}
+
+// BenchmarkMapLoadSmall reads a cache-resident map (1,000 keys): what is
+// left is the read path's own instructions, not memory stalls.
+func BenchmarkMapLoadSmall(b *testing.B) {
+	m, keys := benchMapN(b, 2048, 1000)
+	buf := make([]byte, 0, 64)
+	var ok bool
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if buf, ok = m.AppendLoad(buf[:0], keys[i%len(keys)]); !ok {
+			b.Fatal("miss")
+		}
+	}
+}
+
+func BenchmarkGoMapLoadSmall(b *testing.B) {
+	keys := make([]string, 1000)
+	m := map[string][]byte{}
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key:%020d", i)
+		m[strings.Clone(keys[i])] = make([]byte, 64)
+	}
+	buf := make([]byte, 0, 64)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		buf = append(buf[:0], m[keys[i%len(keys)]]...)
 	}
 }
 
