@@ -389,7 +389,9 @@ func (r *report) charts(dir string) error {
 			p := plot.New()
 			p.Title.Text = title
 			p.X.Label.Text = xl
-			p.Y.Label.Text = "ns per operation"
+			p.Y.Label.Text = "ns per operation (log scale)"
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 			if logx {
 				p.X.Scale = plot.LogScale{}
 				p.X.Tick.Marker = plot.LogTicks{Prec: -1}
@@ -412,9 +414,25 @@ func (r *report) charts(dir string) error {
 			if err := plotutil.AddLinePoints(p, args...); err != nil {
 				return err
 			}
-			p.Y.Min = 0
+			// Room above the curves for the legend, and beside the last
+			// point for its tick label.
+			lo, hi := math.Inf(1), 0.0
+			for _, a := range args {
+				if xy, ok := a.(plotter.XYs); ok {
+					for _, q := range xy {
+						lo, hi = min(lo, q.Y), max(hi, q.Y)
+					}
+				}
+			}
+			p.Y.Min, p.Y.Max = lo/2, hi*8
+			if logx {
+				p.X.Min, p.X.Max = xf(pts[0].x)/1.5, xf(pts[len(pts)-1].x)*1.5
+			} else {
+				p.X.Min, p.X.Max = xf(pts[0].x)-5, xf(pts[len(pts)-1].x)+3
+			}
 			p.Legend.Top = true
 			p.Legend.Left = true
+			p.Legend.XOffs = vg.Points(10)
 			return p.Save(18*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, file))
 		}
 		if len(s.load) > 0 {
