@@ -1,0 +1,452 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+type report struct {
+	machine []string
+	short   bool
+	dur     time.Duration
+	reps    int
+	nkeys   int
+	slots   int
+	elapsed time.Duration
+
+	peers []string
+	cells []cell
+	ring  []ringResult
+	scale *scaleResult
+	notes []string
+}
+
+func machineInfo() []string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				cpu = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	kernel := "?"
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		kernel = strings.TrimSpace(string(out))
+	}
+	return []string{
+		fmt.Sprintf("CPU: %s, %d cores (GOMAXPROCS %d)", cpu, runtime.NumCPU(), runtime.GOMAXPROCS(0)),
+		fmt.Sprintf("Go: %s %s/%s; Linux %s", runtime.Version(), runtime.GOOS, runtime.GOARCH, kernel),
+		fmt.Sprintf("memory available: %d MiB", memAvailable()>>20),
+	}
+}
+
+func (r *report) get(vsize, procs int, op Op, peer string) (cell, bool) {
+	for _, c := range r.cells {
+		if c.vsize == vsize && c.procs == procs && c.op == op && c.peer == peer {
+			return c, c.opsPerSec > 0
+		}
+	}
+	return cell{}, false
+}
+
+func (r *report) vsizes() []int {
+	var out []int
+	for _, c := range r.cells {
+		if len(out) == 0 || out[len(out)-1] != c.vsize {
+			out = append(out, c.vsize)
+		}
+	}
+	return out
+}
+
+func fmtOps(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func fmtRatio(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0fx", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1fx", v)
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
+// ratio is ours over peer's for one cell, 0 when either is missing.
+func (r *report) ratio(vsize, procs int, op Op, peer string) float64 {
+	us, ok1 := r.get(vsize, procs, op, "shmarena")
+	them, ok2 := r.get(vsize, procs, op, peer)
+	if !ok1 || !ok2 {
+		return 0
+	}
+	return us.opsPerSec / them.opsPerSec
+}
+
+type target struct {
+	what  string
+	got   float64
+	want  float64
+	ok    bool
+	known bool
+}
+
+func (r *report) targets() []target {
+	var ts []target
+	mk := func(what string, got, want float64) {
+		ts = append(ts, target{what: what, got: got, want: want, ok: got >= want, known: got > 0})
+	}
+	for _, v := range r.vsizes() {
+		mk(fmt.Sprintf("read hit vs Redis GET, 1 per round trip (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "Redis"), 500)
+		mk(fmt.Sprintf("read hit vs Redis GET, pipelined 16 (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "Redis pipe16"), 30)
+		mk(fmt.Sprintf("read hit vs bbolt (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "bbolt"), 10)
+		mk(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "RWMutex map"), 1/1.5)
+		mk(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 2 procs / 2 goroutines)", v), r.ratio(v, 2, OpReadHit, "RWMutex map"), 1/1.5)
+	}
+	if len(r.vsizes()) > 0 {
+		mk("counter add vs Redis INCR, 1 per round trip (1 proc)", r.ratio(r.vsizes()[0], 1, OpAdd, "Redis"), 500)
+		mk("counter add vs Redis INCR, 1 per round trip (2 procs)", r.ratio(r.vsizes()[0], 2, OpAdd, "Redis"), 500)
+	}
+	var ring, spin, sock float64
+	for _, x := range r.ring {
+		switch x.peer {
+		case "shmarena ring":
+			ring = x.throughput
+		case "shmarena ring+spin":
+			spin = x.throughput
+		case "Unix socket":
+			sock = x.throughput
+		}
+	}
+	if ring > 0 && sock > 0 {
+		mk("ring throughput vs Unix socket (Group.Claim/Wait as shipped)", ring/sock, 10)
+	}
+	if spin > 0 && sock > 0 {
+		mk(fmt.Sprintf("ring throughput vs Unix socket (consumer polls %v before Wait)", spinFor), spin/sock, 10)
+	}
+	return ts
+}
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# shmarena benchmark results\n\n")
+	for _, m := range r.machine {
+		w("- %s\n", m)
+	}
+	mode := "full"
+	if r.short {
+		mode = "short (-short: smoke test, numbers are not meaningful)"
+	}
+	w("- mode: %s; %d keys of %d bytes per value size; each map figure is the best of %d interleaved measurements of %v; shmarena maps of %d slots, 64 stripes; scratch files on tmpfs\n",
+		mode, r.nkeys, keyLen, r.reps, r.dur, r.slots)
+	w("- generated %s by bench/run.sh (`go run ./cmd/shmbench`), total %v. One run on a shared, noisy machine: compare ratios within this file, not across runs.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
+
+	if ts := r.targets(); len(ts) > 0 {
+		w("## Targets\n\nRatio = shmarena ops/s divided by the peer's, same run.\n\n| target | wanted | measured | |\n|---|---:|---:|---|\n")
+		for _, t := range ts {
+			if !t.known {
+				w("| %s | >= %s | n/a | not measured |\n", t.what, fmtRatio(t.want))
+				continue
+			}
+			verdict := "met"
+			if !t.ok {
+				verdict = fmt.Sprintf("**missed by %.1fx**", t.want/t.got)
+			}
+			w("| %s | >= %s | %s | %s |\n", t.what, fmtRatio(t.want), fmtRatio(t.got), verdict)
+		}
+		w("\n")
+	}
+
+	if len(r.cells) > 0 {
+		w("## Map: operations per second\n\n")
+		w("Each peer does the same operations on the same 24-byte keys. Reads copy the value out. Writes of the in-process maps store a private copy of the value. ")
+		w("bbolt: one transaction per operation, NoSync. Redis: GET/SET/INCR/DEL, one command per round trip, or 16 per pipeline (\"pipe16\"). ")
+		w("\"2\" = two processes at once (the bench re-executes itself as a second worker), aggregate ops/s over the longer of the two runs. ")
+		w("insert and delete use each key once (%d new keys per process per run for insert, %d present ones for delete), so their runs are short. ", r.nkeys/10, r.nkeys/2)
+		w("shmarena keeps values in a map of %d slots (%.0f%% full before the inserts, about %.0f%% after them all) and counters in a second map of %d slots of %d bytes.\n\n",
+			r.slots, 100*float64(r.nkeys)/float64(r.slots), 100*float64(r.nkeys+3*r.reps*r.nkeys/10)/float64(r.slots), r.slots, ctrSlotSize)
+		for _, v := range r.vsizes() {
+			w("### %d-byte values\n\n| op | procs |", v)
+			for _, p := range r.peers {
+				w(" %s |", p)
+			}
+			w("\n|---|---:|")
+			for range r.peers {
+				w("---:|")
+			}
+			w("\n")
+			for op := Op(0); op < numOps; op++ {
+				for procs := 1; procs <= 2; procs++ {
+					w("| %v | %d |", op, procs)
+					for _, p := range r.peers {
+						c, ok := r.get(v, procs, op, p)
+						switch {
+						case ok && c.note != "":
+							w(" %s (%s) |", fmtOps(c.opsPerSec), c.note)
+						case ok:
+							w(" %s |", fmtOps(c.opsPerSec))
+						default:
+							w(" n/a |")
+						}
+					}
+					w("\n")
+				}
+			}
+			w("\n**shmarena's ratio to each peer** (ours / theirs; above 1x we are faster):\n\n| op | procs |")
+			for _, p := range r.peers[1:] {
+				w(" vs %s |", p)
+			}
+			w("\n|---|---:|")
+			for range r.peers[1:] {
+				w("---:|")
+			}
+			w("\n")
+			for op := Op(0); op < numOps; op++ {
+				for procs := 1; procs <= 2; procs++ {
+					w("| %v | %d |", op, procs)
+					for _, p := range r.peers[1:] {
+						if x := r.ratio(v, procs, op, p); x > 0 {
+							w(" %s |", fmtRatio(x))
+						} else {
+							w(" n/a |")
+						}
+					}
+					w("\n")
+				}
+			}
+			w("\n")
+		}
+	}
+
+	if len(r.ring) > 0 {
+		w("## Ring: producer process to a consumer group\n\n| transport | records/s | shmarena ratio | wake p50 | wake p99 |\n|---|---:|---:|---:|---:|\n")
+		var ours float64
+		for _, x := range r.ring {
+			if x.peer == "shmarena ring" {
+				ours = x.throughput
+			}
+		}
+		for _, x := range r.ring {
+			w("| %s | %s | %s | %v | %v |\n", x.peer, fmtOps(x.throughput), fmtRatio(ours/x.throughput),
+				x.p50.Round(100*time.Nanosecond), x.p99.Round(100*time.Nanosecond))
+		}
+		w("\n")
+	}
+
+	if s := r.scale; s != nil {
+		w("## Scaling (shmarena map, %d-byte slots, %d-byte values)\n\n", scaleSlotSize, scaleVal)
+		w("As one table of %d slots fills (insert = the last 1%% of slots before that load; reads random over the keys present):\n\n", s.loadSlots)
+		w("| load | read hit ns | read miss ns | insert ns |\n|---:|---:|---:|---:|\n")
+		for _, p := range s.load {
+			w("| %.0f%% | %.0f | %.0f | %.0f |\n", p.x*100, p.readHit, p.readMis, p.insert)
+		}
+		w("\nAs the table grows, at %.0f%% load (insert = the band from 65%% to 75%%; reads random; a Go map behind an RWMutex with the same keys for reference):\n\n", growLoad*100)
+		w("| slots | arena MB | read hit ns | read miss ns | insert ns | RWMutex map read ns |\n|---:|---:|---:|---:|---:|---:|\n")
+		for _, p := range s.grow {
+			w("| %.0e | %.1f | %.0f | %.0f | %.0f | %.0f |\n", p.x, p.x*scaleSlotSize/1e6, p.readHit, p.readMis, p.insert, p.goMapRead)
+		}
+		w("\n")
+	}
+
+	if len(r.notes) > 0 {
+		w("## Notes\n\n")
+		for _, n := range r.notes {
+			w("- %s\n", n)
+		}
+		w("\n")
+	}
+	w("Charts: ")
+	for _, f := range r.chartFiles() {
+		w("[%s](%s) ", f, f)
+	}
+	w("\n")
+	return b.String()
+}
+
+func (r *report) chartFiles() []string {
+	var out []string
+	for _, v := range r.vsizes() {
+		for procs := 1; procs <= 2; procs++ {
+			out = append(out, fmt.Sprintf("map-%dB-%dproc.svg", v, procs))
+		}
+	}
+	if len(r.ring) > 0 {
+		out = append(out, "ring.svg")
+	}
+	if r.scale != nil {
+		out = append(out, "scale-load.svg", "scale-size.svg")
+	}
+	return out
+}
+
+// log10 ticks labelled as powers of ten, for bar charts of log10 values.
+type powTicks struct{}
+
+func (powTicks) Ticks(min, max float64) []plot.Tick {
+	var ts []plot.Tick
+	for k := math.Floor(min); k <= math.Ceil(max); k++ {
+		ts = append(ts, plot.Tick{Value: k, Label: fmt.Sprintf("1e%.0f", k)})
+	}
+	return ts
+}
+
+func (r *report) charts(dir string) error {
+	for _, v := range r.vsizes() {
+		for procs := 1; procs <= 2; procs++ {
+			p := plot.New()
+			p.Title.Text = fmt.Sprintf("Map ops/s, %d-byte values, %d process(es) (log scale)", v, procs)
+			p.Y.Label.Text = "ops/s"
+			p.Y.Tick.Marker = powTicks{}
+			var names []string
+			for op := Op(0); op < numOps; op++ {
+				names = append(names, op.String())
+			}
+			var shown []string
+			for _, peer := range r.peers {
+				if _, ok := r.get(v, procs, OpReadHit, peer); ok {
+					shown = append(shown, peer)
+				}
+			}
+			w := vg.Points(11)
+			top := 0.0
+			for i, peer := range shown {
+				vals := make(plotter.Values, numOps)
+				for op := Op(0); op < numOps; op++ {
+					if c, ok := r.get(v, procs, op, peer); ok {
+						vals[op] = math.Log10(c.opsPerSec)
+						top = max(top, vals[op])
+					}
+				}
+				bc, err := plotter.NewBarChart(vals, w)
+				if err != nil {
+					return err
+				}
+				bc.LineStyle.Width = 0
+				bc.Color = plotutil.Color(i)
+				bc.Offset = w * vg.Length(float64(i)-float64(len(shown)-1)/2)
+				p.Add(bc)
+				p.Legend.Add(peer, bc)
+			}
+			p.Legend.Top = true
+			p.Legend.Left = true
+			p.Legend.XOffs = vg.Points(10)
+			p.NominalX(names...)
+			p.X.Min, p.X.Max = -0.7, float64(numOps)-0.3
+			p.Y.Min = 0
+			p.Y.Max = math.Ceil(top) + 3 // room for the legend above the bars
+			if err := p.Save(26*vg.Centimeter, 12*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("map-%dB-%dproc.svg", v, procs))); err != nil {
+				return err
+			}
+		}
+	}
+	if len(r.ring) > 0 {
+		p := plot.New()
+		p.Title.Text = "Ring: records/s, producer process to consumer (log scale)"
+		p.Y.Tick.Marker = powTicks{}
+		p.Y.Label.Text = "records/s"
+		var names []string
+		vals := make(plotter.Values, len(r.ring))
+		for i, x := range r.ring {
+			names = append(names, fmt.Sprintf("%s\nwake p50 %v", x.peer, x.p50.Round(time.Microsecond)))
+			vals[i] = math.Log10(x.throughput)
+		}
+		bc, err := plotter.NewBarChart(vals, vg.Points(30))
+		if err != nil {
+			return err
+		}
+		bc.Color = plotutil.Color(0)
+		p.Add(bc)
+		p.NominalX(names...)
+		p.X.Min, p.X.Max = -0.7, float64(len(r.ring))-0.3
+		p.Y.Min = 0
+		if err := p.Save(22*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, "ring.svg")); err != nil {
+			return err
+		}
+	}
+	if s := r.scale; s != nil {
+		line := func(file, title, xl string, pts []scalePoint, xf func(float64) float64, logx bool, gomap bool) error {
+			p := plot.New()
+			p.Title.Text = title
+			p.X.Label.Text = xl
+			p.Y.Label.Text = "ns per operation (log scale)"
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+			if logx {
+				p.X.Scale = plot.LogScale{}
+				p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+			}
+			mk := func(f func(scalePoint) float64) plotter.XYs {
+				xy := make(plotter.XYs, len(pts))
+				for i, q := range pts {
+					xy[i] = plotter.XY{X: xf(q.x), Y: f(q)}
+				}
+				return xy
+			}
+			args := []any{
+				"read hit", mk(func(q scalePoint) float64 { return q.readHit }),
+				"read miss", mk(func(q scalePoint) float64 { return q.readMis }),
+				"insert", mk(func(q scalePoint) float64 { return q.insert }),
+			}
+			if gomap {
+				args = append(args, "RWMutex map read", mk(func(q scalePoint) float64 { return q.goMapRead }))
+			}
+			if err := plotutil.AddLinePoints(p, args...); err != nil {
+				return err
+			}
+			// Room above the curves for the legend, and beside the last
+			// point for its tick label.
+			lo, hi := math.Inf(1), 0.0
+			for _, a := range args {
+				if xy, ok := a.(plotter.XYs); ok {
+					for _, q := range xy {
+						lo, hi = min(lo, q.Y), max(hi, q.Y)
+					}
+				}
+			}
+			p.Y.Min, p.Y.Max = lo/2, hi*8
+			if logx {
+				p.X.Min, p.X.Max = xf(pts[0].x)/1.5, xf(pts[len(pts)-1].x)*1.5
+			} else {
+				p.X.Min, p.X.Max = xf(pts[0].x)-5, xf(pts[len(pts)-1].x)+3
+			}
+			p.Legend.Top = true
+			p.Legend.Left = true
+			p.Legend.XOffs = vg.Points(10)
+			return p.Save(18*vg.Centimeter, 11*vg.Centimeter, filepath.Join(dir, file))
+		}
+		if len(s.load) > 0 {
+			if err := line("scale-load.svg", fmt.Sprintf("shmarena map as it fills (%d slots)", s.loadSlots), "load %",
+				s.load, func(x float64) float64 { return x * 100 }, false, false); err != nil {
+				return err
+			}
+		}
+		if len(s.grow) > 0 {
+			if err := line("scale-size.svg", fmt.Sprintf("shmarena map as it grows (%.0f%% load)", growLoad*100), "slots",
+				s.grow, func(x float64) float64 { return x }, true, true); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,434 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/shmarena/shmarena"
+	"golang.org/x/sys/unix"
+)
+
+// The ring comparison: a producer process sends fixed-size records to a
+// consumer (this process) through each transport.
+//
+//   - throughput: the producer sends as fast as the transport takes them
+//     (shmarena's ring is lossy when full, so its producer waits while the
+//     group is a ring's length behind: every record is delivered, as with
+//     the socket and pipe);
+//   - wake latency: the consumer sleeps in its blocking call; the producer
+//     stamps CLOCK_MONOTONIC into a record every millisecond; the consumer
+//     takes the difference on receipt.
+const (
+	ringPayload  = 64
+	ringSlots    = 4096
+	ringSlotSize = 256
+)
+
+// "shmarena ring+spin" is the same ring with a consumer that polls Claim
+// for up to spinFor before it sleeps in Wait: it shows what the ring gives
+// when the producer's Publish need not make a futex wake-up system call.
+var ringPeers = []string{"shmarena ring", "shmarena ring+spin", "Unix socket", "pipe", "Redis Streams"}
+
+const spinFor = 20 * time.Microsecond
+
+type ringResult struct {
+	peer       string
+	throughput float64 // records/s
+	p50, p99   time.Duration
+	note       string
+}
+
+func monoNow() int64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// ringArg is what the producer is told: mode "tput" or "lat", a count and
+// a time limit.
+type ringArg struct {
+	mode  string
+	n     int
+	limit time.Duration
+	gap   time.Duration
+}
+
+func (a ringArg) String() string { return fmt.Sprintf("%s:%d:%d:%d", a.mode, a.n, a.limit, a.gap) }
+
+func parseRingArg(s string) (ringArg, error) {
+	f := strings.Split(s, ":")
+	if len(f) != 4 {
+		return ringArg{}, fmt.Errorf("bad ring arg %q", s)
+	}
+	n, _ := strconv.Atoi(f[1])
+	l, _ := strconv.ParseInt(f[2], 10, 64)
+	g, _ := strconv.ParseInt(f[3], 10, 64)
+	return ringArg{mode: f[0], n: n, limit: time.Duration(l), gap: time.Duration(g)}, nil
+}
+
+// producer is the send loop shared by every transport: send(p, last)
+// sends one record; for latency the first 8 bytes carry the send time.
+func producer(arg ringArg, send func(p []byte) error, flush func() error) error {
+	p := make([]byte, ringPayload)
+	for i := range p {
+		p[i] = byte(i)
+	}
+	start := time.Now()
+	for i := 0; i < arg.n; i++ {
+		if arg.mode == "lat" {
+			time.Sleep(arg.gap)
+			binary.LittleEndian.PutUint64(p, uint64(monoNow()))
+		} else if i&255 == 0 && time.Since(start) > arg.limit {
+			break
+		}
+		if err := send(p); err != nil {
+			return err
+		}
+	}
+	if flush != nil {
+		return flush()
+	}
+	return nil
+}
+
+// consumer statistics
+type recv struct {
+	n    int
+	lats []time.Duration
+	mode string
+}
+
+func (r *recv) got(p []byte) {
+	r.n++
+	if r.mode == "lat" && len(p) >= 8 {
+		r.lats = append(r.lats, time.Duration(monoNow()-int64(binary.LittleEndian.Uint64(p))))
+	}
+}
+
+func ringWorker(peerName, dir, addr, argStr string) error {
+	arg, err := parseRingArg(argStr)
+	if err != nil {
+		return err
+	}
+	switch peerName {
+	case "shmarena ring", "shmarena ring+spin":
+		a, err := shmarena.Open(filepath.Join(dir, "ring-arena"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		r, err := a.Ring("work", shmarena.WithSlots(ringSlots), shmarena.WithSlotSize(ringSlotSize))
+		if err != nil {
+			return err
+		}
+		g, err := r.Group("workers")
+		if err != nil {
+			return err
+		}
+		if err := awaitGo(); err != nil {
+			return err
+		}
+		// Backpressure: never lap the group. The group's position is
+		// re-read only when the cached one says the ring may be full, as
+		// a bounded queue's producer would, so the check costs no shared
+		// cache-line traffic on most publishes.
+		var last, pos uint64
+		err = producer(arg, func(p []byte) error {
+			for last+1-pos >= ringSlots-8 {
+				if pos = g.Position(); last+1-pos >= ringSlots-8 {
+					runtime.Gosched()
+				}
+			}
+			last, err = r.Publish("jobs", p)
+			return err
+		}, nil)
+		if err != nil {
+			return err
+		}
+		_, err = r.Publish("end", nil)
+		return err
+	case "Unix socket", "pipe":
+		var w io.WriteCloser
+		if peerName == "pipe" {
+			w = os.NewFile(3, "pipe")
+		} else {
+			c, err := net.Dial("unix", filepath.Join(dir, "sock"))
+			if err != nil {
+				return err
+			}
+			w = c
+		}
+		defer w.Close()
+		if err := awaitGo(); err != nil {
+			return err
+		}
+		frame := make([]byte, 4+ringPayload)
+		err := producer(arg, func(p []byte) error {
+			binary.LittleEndian.PutUint32(frame, uint32(len(p)))
+			copy(frame[4:], p)
+			_, err := w.Write(frame) // one write per record, as one Publish
+			return err
+		}, nil)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write([]byte{0, 0, 0, 0})
+		return err
+	case "Redis Streams":
+		c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
+		defer c.Close()
+		ctx := context.Background()
+		if err := awaitGo(); err != nil {
+			return err
+		}
+		var pipe redis.Pipeliner
+		pending := 0
+		flush := func() error {
+			if pending == 0 {
+				return nil
+			}
+			_, err := pipe.Exec(ctx)
+			pipe, pending = nil, 0
+			return err
+		}
+		err := producer(arg, func(p []byte) error {
+			a := &redis.XAddArgs{Stream: "work", Values: []any{"p", p}}
+			if arg.mode == "lat" {
+				return c.XAdd(ctx, a).Err()
+			}
+			if pipe == nil {
+				pipe = c.Pipeline()
+			}
+			pipe.XAdd(ctx, a)
+			if pending++; pending == batch {
+				return flush()
+			}
+			return nil
+		}, flush)
+		if err != nil {
+			return err
+		}
+		return c.XAdd(ctx, &redis.XAddArgs{Stream: "work", Values: []any{"end", "1"}}).Err()
+	}
+	return fmt.Errorf("no ring peer %q", peerName)
+}
+
+// ringRun runs one producer process against this process's consumer.
+func ringRun(peerName, dir, addr string, arg ringArg) (recv, time.Duration, error) {
+	rc := recv{mode: arg.mode}
+	args := []string{"-worker=ring", "-w.peer=" + peerName, "-w.dir=" + dir, "-w.redis=" + addr, "-w.arg=" + arg.String()}
+	ctx, cancel := context.WithTimeout(context.Background(), arg.limit+time.Duration(arg.n)*arg.gap+30*time.Second)
+	defer cancel()
+	var c *child
+	var err error
+	var consume func() error
+	switch peerName {
+	case "shmarena ring", "shmarena ring+spin":
+		spin := peerName == "shmarena ring+spin"
+		path := filepath.Join(dir, "ring-arena")
+		os.Remove(path)
+		a, err := shmarena.Open(path, shmarena.WithSize(1<<20+ringSlots*ringSlotSize*2))
+		if err != nil {
+			return rc, 0, err
+		}
+		defer os.Remove(path)
+		defer a.Close()
+		r, err := a.Ring("work", shmarena.WithSlots(ringSlots), shmarena.WithSlotSize(ringSlotSize))
+		if err != nil {
+			return rc, 0, err
+		}
+		g, err := r.Group("workers")
+		if err != nil {
+			return rc, 0, err
+		}
+		consume = func() error {
+			for {
+				recs := g.Claim(64)
+				for _, rec := range recs {
+					if rec.Topic == "end" {
+						if st := g.Stats(); st.Lapped+st.Abandoned != 0 {
+							return fmt.Errorf("ring lost records: %+v", st)
+						}
+						return nil
+					}
+					rc.got(rec.Payload)
+				}
+				if len(recs) == 0 {
+					if spin {
+						for t := time.Now(); time.Since(t) < spinFor && g.Position() >= r.Head(); {
+							runtime.Gosched()
+						}
+					}
+					if err := g.Wait(ctx); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if c, err = spawn(args...); err != nil {
+			return rc, 0, err
+		}
+	case "Unix socket", "pipe":
+		var rd io.Reader
+		if peerName == "pipe" {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				return rc, 0, err
+			}
+			defer pr.Close()
+			c, err = spawnFiles([]*os.File{pw}, args...)
+			pw.Close()
+			if err != nil {
+				return rc, 0, err
+			}
+			rd = pr
+		} else {
+			sock := filepath.Join(dir, "sock")
+			os.Remove(sock)
+			l, err := net.Listen("unix", sock)
+			if err != nil {
+				return rc, 0, err
+			}
+			defer l.Close()
+			type acc struct {
+				c   net.Conn
+				err error
+			}
+			ch := make(chan acc, 1)
+			go func() { cn, err := l.Accept(); ch <- acc{cn, err} }()
+			if c, err = spawn(args...); err != nil {
+				return rc, 0, err
+			}
+			a := <-ch
+			if a.err != nil {
+				return rc, 0, a.err
+			}
+			defer a.c.Close()
+			rd = a.c
+		}
+		br := bufio.NewReaderSize(rd, 64<<10)
+		consume = func() error {
+			var hdr [4]byte
+			buf := make([]byte, 1<<16)
+			for {
+				if _, err := io.ReadFull(br, hdr[:]); err != nil {
+					return err
+				}
+				n := binary.LittleEndian.Uint32(hdr[:])
+				if n == 0 {
+					return nil
+				}
+				if _, err := io.ReadFull(br, buf[:n]); err != nil {
+					return err
+				}
+				rc.got(buf[:n])
+			}
+		}
+	case "Redis Streams":
+		cl := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, ReadTimeout: -1})
+		defer cl.Close()
+		if err := cl.Del(ctx, "work").Err(); err != nil {
+			return rc, 0, err
+		}
+		if err := cl.XGroupCreateMkStream(ctx, "work", "workers", "$").Err(); err != nil {
+			return rc, 0, err
+		}
+		consume = func() error {
+			for {
+				res, err := cl.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "workers", Consumer: "c1",
+					Streams: []string{"work", ">"}, Count: 64, Block: 0}).Result()
+				if err != nil {
+					return err
+				}
+				var ids []string
+				done := false
+				for _, s := range res {
+					for _, m := range s.Messages {
+						ids = append(ids, m.ID)
+						if _, ok := m.Values["end"]; ok {
+							done = true
+							continue
+						}
+						p, _ := m.Values["p"].(string)
+						rc.got([]byte(p))
+					}
+				}
+				if len(ids) > 0 {
+					if err := cl.XAck(ctx, "work", "workers", ids...).Err(); err != nil {
+						return err
+					}
+				}
+				if done {
+					return nil
+				}
+			}
+		}
+		if c, err = spawn(args...); err != nil {
+			return rc, 0, err
+		}
+	}
+	if err := c.start(); err != nil {
+		return rc, 0, err
+	}
+	start := time.Now()
+	err = consume()
+	el := time.Since(start)
+	if _, werr := c.wait(); werr != nil && err == nil {
+		err = werr
+	}
+	return rc, el, err
+}
+
+func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
+	tput := ringArg{mode: "tput", n: 1 << 24, limit: time.Second}
+	lat := ringArg{mode: "lat", n: 1000, gap: time.Millisecond}
+	if short {
+		tput = ringArg{mode: "tput", n: 1 << 16, limit: 100 * time.Millisecond}
+		lat.n = 50
+	}
+	var out []ringResult
+	var notes []string
+	for _, p := range ringPeers {
+		if p == "Redis Streams" && addr == "" {
+			notes = append(notes, "Redis Streams skipped: no Redis.")
+			continue
+		}
+		res := ringResult{peer: p}
+		for rep := 0; rep < 2; rep++ { // best of two: the machine is shared
+			rc, el, err := ringRun(p, dir, addr, tput)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s throughput: %w", p, err)
+			}
+			res.throughput = max(res.throughput, float64(rc.n)/el.Seconds())
+		}
+		rc, _, err := ringRun(p, dir, addr, lat)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s latency: %w", p, err)
+		}
+		if len(rc.lats) != lat.n {
+			return nil, nil, errors.New(p + ": latency records lost")
+		}
+		slices.Sort(rc.lats)
+		res.p50 = rc.lats[len(rc.lats)/2]
+		res.p99 = rc.lats[len(rc.lats)*99/100]
+		logf("  %-14s %12.0f rec/s   wake p50 %v p99 %v", p, res.throughput, res.p50, res.p99)
+		out = append(out, res)
+	}
+	notes = append(notes, fmt.Sprintf("Ring: %d-byte payloads, producer in a separate process, consumer group of one member "+
+		"(shmarena: Group.Claim(64)/Wait; Redis: XREADGROUP COUNT 64 BLOCK 0 + XACK, producer XADD pipelined %d deep for throughput, one per round trip for latency); "+
+		"socket and pipe: one write(2) per record, consumer reads through a 64 KiB bufio.Reader.", ringPayload, batch))
+	return out, notes, nil
+}
