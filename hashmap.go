@@ -997,13 +997,17 @@ func (m *Map) Exists(key string) bool {
 // Delete removes key and reports whether it was present (a lapsed entry is
 // collected but reports false). False after Close.
 func (m *Map) Delete(key string) bool {
-	_, ok := m.LoadAndDelete(key)
+	_, ok := m.loadAndDelete(key, false)
 	return ok
 }
 
 // LoadAndDelete removes key and returns the value it had, as sync.Map's
 // LoadAndDelete does.
 func (m *Map) LoadAndDelete(key string) (value []byte, loaded bool) {
+	return m.loadAndDelete(key, true)
+}
+
+func (m *Map) loadAndDelete(key string, load bool) (value []byte, loaded bool) {
 	if key == "" || m.a.closed.Load() {
 		return nil, false
 	}
@@ -1020,7 +1024,9 @@ func (m *Map) LoadAndDelete(key string) (value []byte, loaded bool) {
 		m.stat(mhExpired)
 		return nil, false
 	}
-	value = m.appendValue([]byte{}, v.off, v.meta)
+	if load {
+		value = m.appendValue([]byte{}, v.off, v.meta)
+	}
 	m.remove(s, v)
 	return value, true
 }

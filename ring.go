@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"time"
 
@@ -353,22 +354,27 @@ func writeWords[S ~string | ~[]byte](b []byte, off int, s S) {
 }
 
 // The futex word is a sequence in bits 1-31 and, in bit 0, a flag that
-// some reader is about to sleep. A publisher bumps the sequence and clears
-// the flag in one compare-and-swap, and makes the wake system call only if
-// the flag was set. A reader killed while asleep so costs at most one
-// extra wake, where a count of sleepers would stay raised for good.
+// some reader is about to sleep. A reader sets the flag before it checks
+// the ring one last time and sleeps on the word it set. A publisher, after
+// its commit, looks at the word: only if the flag is set does it bump the
+// sequence, clear the flag (one compare-and-swap) and make the wake system
+// call. Both sides put a full fence between their write and their read, so
+// either the reader sees the record or the publisher sees the flag. With
+// nobody asleep a publish so costs one load, and a reader killed while
+// asleep costs at most one extra wake, where a count of sleepers would
+// stay raised for good.
 const futexWaiters = 1
 
-// wake bumps the futex word after a commit and wakes sleepers, making the
-// system call only when a reader has announced itself.
+// wake wakes sleepers after a commit, if any announced themselves.
 func (r *Ring) wake() {
 	f := r.off + rl.OffFutex
 	for {
 		w := mem.Load32(r.b, f)
+		if w&futexWaiters == 0 {
+			return
+		}
 		if mem.CAS32(r.b, f, w, (w+2)&^futexWaiters) {
-			if w&futexWaiters != 0 {
-				futex.Wake(mem.Ptr32(r.b, f), math.MaxInt32)
-			}
+			futex.Wake(mem.Ptr32(r.b, f), math.MaxInt32)
 			return
 		}
 	}
@@ -557,6 +563,9 @@ func (r *Ring) checkHole(w *holeWatch) bool {
 	return recovered
 }
 
+// waitSpin is how long Wait polls before it sleeps on the futex.
+const waitSpin = 50 * time.Microsecond
+
 // wait blocks until avail reports true, ctx ends or the arena closes. A
 // sleeper announces itself and reads the futex word before re-checking,
 // so a commit after the check changes the word and wakes it.
@@ -569,6 +578,19 @@ func (r *Ring) wait(ctx context.Context, avail func() bool) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	// Poll a little before sleeping: a producer that is publishing now
+	// usually commits within microseconds, and catching that record awake
+	// saves both sides a futex system call (the publisher wakes only
+	// announced sleepers).
+	for start := time.Now(); time.Since(start) < waitSpin; {
+		runtime.Gosched()
+		if avail() {
+			return nil
+		}
+		if r.closed() || ctx.Err() != nil {
+			break
+		}
 	}
 	b := r.b
 	f, sl := r.off+rl.OffFutex, r.off+rl.OffSleepers

@@ -137,9 +137,12 @@ func BenchmarkTransport(b *testing.B) {
 		b.SetBytes(benchRecord)
 		start := time.Now()
 		b.ResetTimer()
+		var pos uint64 // the group position as last read: re-read only when it may be a lap behind
 		for i := 0; i < b.N; i++ {
-			for r.Head()-g.Position() >= slots-1 {
-				runtime.Gosched()
+			for r.Head()-pos >= slots-1 {
+				if pos = g.Position(); r.Head()-pos >= slots-1 {
+					runtime.Gosched()
+				}
 			}
 			if _, err := r.Publish("t", p); err != nil {
 				b.Fatal(err)
