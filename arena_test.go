@@ -459,3 +459,28 @@ func TestOpenFileNil(t *testing.T) {
 	_, err := OpenFile(nil)
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// MapBytes and RingBytes size an arena exactly: MinSize plus the regions.
+func TestRegionBytesSizeAnArena(t *testing.T) {
+	mopts := []RegionOption{WithSlots(1000), WithSlotSize(200), WithStripes(7)}
+	ropts := []RegionOption{WithSlots(100), WithSlotSize(100)}
+	mb, err := MapBytes(mopts...)
+	require.NoError(t, err)
+	rb, err := RingBytes(ropts...)
+	require.NoError(t, err)
+	size := (MinSize + mb + rb + 4095) &^ 4095
+	a, err := Open(filepath.Join(t.TempDir(), "a"), WithSize(size))
+	require.NoError(t, err)
+	defer a.Close()
+	_, err = a.Map("m", mopts...)
+	require.NoError(t, err)
+	_, err = a.Ring("r", ropts...)
+	require.NoError(t, err)
+	free := size - MinSize - mb - rb
+	_, err = a.Map("more", WithSlots(int(free/48)+1), WithSlotSize(48), WithStripes(1))
+	require.ErrorIs(t, err, ErrArenaFull, "the sizes are not underestimates")
+	_, err = MapBytes(WithSlots(0))
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = RingBytes(WithStripes(2))
+	require.ErrorIs(t, err, ErrInvalid)
+}

@@ -131,7 +131,8 @@ func (a *Arena) Map(name string, opts ...RegionOption) (*Map, error) {
 	return a.openMap(name, false, opts)
 }
 
-func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, error) {
+// mapShape applies a map's options over the defaults and checks them.
+func mapShape(encoded bool, opts []RegionOption) (regionConfig, error) {
 	cfg := regionConfig{slots: defaultSlots, slotSize: defaultSlotSize, stripes: defaultStripes, encoded: encoded}
 	stripesSet := false
 	for _, o := range opts {
@@ -144,7 +145,27 @@ func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, e
 		cfg.stripes = max(cfg.slots, 1)
 	}
 	if err := checkMapShape(cfg.slots, cfg.slotSize, cfg.stripes); err != nil {
-		return nil, fmt.Errorf("shmarena: map %q: %w: %v", name, ErrInvalid, err)
+		return cfg, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return cfg, nil
+}
+
+// MapBytes returns how many bytes of an arena a map of the given shape
+// (the options Arena.Map takes) occupies, so that WithSize can be worked
+// out: an arena needs MinSize plus the sum of its regions' sizes. It
+// returns ErrInvalid for a shape out of range.
+func MapBytes(opts ...RegionOption) (int64, error) {
+	cfg, err := mapShape(false, opts)
+	if err != nil {
+		return 0, fmt.Errorf("shmarena: map size: %w", err)
+	}
+	return layout.Align(mapLength(cfg.slots, cfg.slotSize, cfg.stripes)), nil
+}
+
+func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, error) {
+	cfg, err := mapShape(encoded, opts)
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: map %q: %w", name, err)
 	}
 	var flags uint64
 	if cfg.encoded {

@@ -113,6 +113,21 @@ func init() {
 	}
 }
 
+// RingBytes returns how many bytes of an arena a ring of the given shape
+// (the options Arena.Ring takes) occupies; see MapBytes. It returns
+// ErrInvalid for a shape out of range.
+func RingBytes(opts ...RegionOption) (int64, error) {
+	cfg := regionConfig{slots: 1024, slotSize: 256}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := rl.Length(cfg.slots, (cfg.slotSize+7)&^7)
+	if err != nil || cfg.stripes != 0 {
+		return 0, fmt.Errorf("shmarena: ring size: %w: %v", ErrInvalid, err)
+	}
+	return layout.Align(n), nil
+}
+
 // Ring finds the ring called name in the arena or creates it. Every
 // process must ask for the same shape: WithSlots (default 1024, in
 // [2, 2^30]) records of WithSlotSize bytes each (default 256, rounded up to

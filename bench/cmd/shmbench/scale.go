@@ -63,7 +63,11 @@ type scaleMap struct {
 func newScaleMap(dir string, slots int) (*scaleMap, error) {
 	path := filepath.Join(dir, fmt.Sprintf("scale-%d", slots))
 	os.Remove(path)
-	a, err := shmarena.Open(path, shmarena.WithSize(1<<20+int64(slots)*scaleSlotSize+1<<16))
+	need, err := shmarena.MapBytes(shmarena.WithSlots(slots), shmarena.WithSlotSize(scaleSlotSize))
+	if err != nil {
+		return nil, err
+	}
+	a, err := shmarena.Open(path, shmarena.WithSize(shmarena.MinSize+need))
 	if err != nil {
 		return nil, err
 	}

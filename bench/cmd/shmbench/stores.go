@@ -83,7 +83,15 @@ const ctrSlotSize = 32 + 8 + keyLen
 func openShm(env *benchEnv, vsize int, create bool) (Store, error) {
 	path := filepath.Join(env.dir, fmt.Sprintf("arena-%d", vsize))
 	slots := env.mapSlots
-	size := int64(1<<20) + int64(slots)*int64(shmSlotSize(vsize)+ctrSlotSize) + 1<<16
+	vals, err := shmarena.MapBytes(shmarena.WithSlots(slots), shmarena.WithSlotSize(shmSlotSize(vsize)))
+	if err != nil {
+		return nil, err
+	}
+	ctrs, err := shmarena.MapBytes(shmarena.WithSlots(slots), shmarena.WithSlotSize(ctrSlotSize))
+	if err != nil {
+		return nil, err
+	}
+	size := shmarena.MinSize + vals + ctrs
 	var opts []shmarena.OpenOption
 	if create {
 		opts = append(opts, shmarena.WithSize(size))
