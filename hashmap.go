@@ -868,16 +868,16 @@ type entry struct {
 // fill writes e's fields into a slot being written.
 func (m *Map) fill(off int, e *entry) {
 	if e.counter {
-		mem.Store64(m.mem, off+sMeta, metaOf(stateLive, flagCounter, len(e.key), 8))
-		mem.Store64(m.mem, off+sData, uint64(e.n))
+		mem.Put64(m.mem, off+sMeta, metaOf(stateLive, flagCounter, len(e.key), 8))
+		mem.Put64(m.mem, off+sData, uint64(e.n))
 		mem.Write(m.mem, off+sData+8, e.key)
 	} else {
-		mem.Store64(m.mem, off+sMeta, metaOf(stateLive, 0, len(e.key), len(e.val)))
+		mem.Put64(m.mem, off+sMeta, metaOf(stateLive, 0, len(e.key), len(e.val)))
 		mem.Write(m.mem, off+sData, e.key)
 		mem.Write(m.mem, off+sData+len(e.key), e.val)
 	}
-	mem.Store64(m.mem, off+sHash, e.h)
-	mem.Store64(m.mem, off+sDeadline, uint64(e.deadline))
+	mem.Put64(m.mem, off+sHash, e.h)
+	mem.Put64(m.mem, off+sDeadline, uint64(e.deadline))
 }
 
 // remove makes the live slot v a tombstone. Caller holds stripe s.
@@ -1172,7 +1172,11 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 			return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter)
 		}
 		crashPoint("add")
-		return int64(mem.Add64(m.mem, v.off+sData, uint64(delta))), nil
+		// Only holders of the stripe change a counter, so no locked add
+		// is needed: readers load the word atomically either way.
+		n := mem.Load64(m.mem, v.off+sData) + uint64(delta)
+		mem.Put64(m.mem, v.off+sData, n)
+		return int64(n), nil
 	}
 	if found {
 		m.stat(mhExpired)

@@ -7,3 +7,6 @@ func appendBytes(dst, b []byte, off, n int) []byte { return atomicAppendBytes(ds
 func equal[S ~string | ~[]byte](b []byte, off int, s S) bool { return atomicEqual(b, off, s) }
 
 func write[S ~string | ~[]byte](b []byte, off int, s S) { atomicWrite(b, off, s) }
+
+// Put64 stores v at off (an atomic store in these builds).
+func Put64(b []byte, off int, v uint64) { Store64(b, off, v) }

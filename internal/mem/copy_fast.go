@@ -9,3 +9,11 @@ func equal[S ~string | ~[]byte](b []byte, off int, s S) bool {
 }
 
 func write[S ~string | ~[]byte](b []byte, off int, s S) { copy(b[off:off+len(s)], s) }
+
+// Put64 stores v at off with a plain store. It is for a word that only its
+// writer changes (it holds a lock) and that readers load atomically and
+// validate with a seqlock: on amd64 an aligned 8-byte store is atomic, and
+// the atomic operations before and after it keep the compiler and the CPU
+// from moving it out of its critical section. It saves the full fence of an
+// atomic store.
+func Put64(b []byte, off int, v uint64) { *p64(b, off) = v }
