@@ -39,7 +39,6 @@ func CAS64(b []byte, off int, old, new uint64) bool {
 // Add64 atomically adds delta to the word at off and returns the new value.
 func Add64(b []byte, off int, delta uint64) uint64 { return atomic.AddUint64(p64(b, off), delta) }
 
-
 // Load32 atomically loads the 32-bit word at off (4-aligned).
 func Load32(b []byte, off int) uint32 { return atomic.LoadUint32(p32(b, off)) }
 
