@@ -34,7 +34,27 @@ type Arena struct {
 	slot   int // process-table slot this handle registered in, or -1
 
 	mu sync.Mutex // serialises region carving and Close in this process
+
+	// inflight counts operations of this process that may hold a lock in
+	// the file (writes, publishes, repairs). Close retires the mapping
+	// only once it is zero; reads, which take no lock, are not counted.
+	inflight atomic.Int64
 }
+
+// enter counts an operation in flight, or returns false after Close. The
+// count goes up before closed is checked and Close sets closed before it
+// reads the count, so either the operation sees closed or Close sees it.
+func (a *Arena) enter() bool {
+	a.inflight.Add(1)
+	if a.closed.Load() {
+		a.inflight.Add(-1)
+		return false
+	}
+	return true
+}
+
+// exit ends an operation counted by enter.
+func (a *Arena) exit() { a.inflight.Add(-1) }
 
 // RegionKind says what a region holds.
 type RegionKind uint32
@@ -72,8 +92,6 @@ type kindOps struct {
 	// reset clears every lock and half-done write in a region whose
 	// owners all died with a previous boot.
 	reset func(b []byte, e layout.Entry)
-	// locks lists the offsets of the region's lock words.
-	locks func(e layout.Entry) []int
 }
 
 var kinds = map[RegionKind]kindOps{}
@@ -102,7 +120,11 @@ func Open(path string, opts ...OpenOption) (*Arena, error) {
 		fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		switch {
 		case err == nil:
-			return attach(os.NewFile(uintptr(fd), path), path, cfg)
+			a, err := attach(os.NewFile(uintptr(fd), path), path, cfg)
+			if errors.Is(err, errUnlinked) && attempt < 3 {
+				continue // a failed creator removed it: start again
+			}
+			return a, err
 		case errors.Is(err, unix.ELOOP):
 			return nil, fmt.Errorf("shmarena: open %s: %w", path, ErrSymlink)
 		case !errors.Is(err, unix.ENOENT):
@@ -140,33 +162,44 @@ func create(path string, cfg openConfig) (*Arena, error) {
 		return nil, fmt.Errorf("shmarena: create %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
+	// The creator's mode, set at once: whoever builds the file keeps it.
+	if err := unix.Fchmod(fd, uint32(cfg.mode)); err != nil {
+		_ = os.Remove(path)
+		f.Close()
+		return nil, fmt.Errorf("shmarena: create %s: %w", path, err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("shmarena: create %s: lock: %w", path, err)
+	}
 	// Between our O_EXCL create and our flock another process may find the
 	// empty file, take it for an interrupted create and build it. So the
 	// creator goes through attach too: under the flock, an empty file is
-	// built and a built one validated.
-	a, err := attachLocked(f, path, cfg)
+	// built and a built one validated. A failed build removes the file
+	// while still holding the flock, and an opener that then gets the
+	// flock sees the file unlinked and starts again.
+	a, err := attachUnderLock(f, path, cfg)
 	if err != nil {
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) == nil && st.Size == 0 {
 			_ = os.Remove(path) // nothing was built: leave nothing behind
 		}
+	}
+	_ = unix.Flock(fd, unix.LOCK_UN)
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
 	return a, nil
 }
 
-// initFile sets the mode, takes the flock, reserves the blocks, writes the
-// header and publishes the magic last.
+// errUnlinked reports a file removed between its open and its flock.
+var errUnlinked = errors.New("shmarena: arena file was removed while opening")
+
+// initFile reserves the blocks, writes the header and publishes the magic
+// last. The caller holds the flock (or is the only one with the file).
 func initFile(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	fd := int(f.Fd())
-	if err := unix.Fchmod(fd, uint32(cfg.mode)); err != nil {
-		return nil, fmt.Errorf("shmarena: create %s: %w", path, err)
-	}
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-		return nil, fmt.Errorf("shmarena: create %s: lock: %w", path, err)
-	}
-	defer unix.Flock(fd, unix.LOCK_UN)
 	b, err := reserveAndMap(fd, path, cfg.size)
 	if err != nil {
 		return nil, err
@@ -231,9 +264,19 @@ func attachLocked(f *os.File, path string, cfg openConfig) (*Arena, error) {
 		return nil, fmt.Errorf("shmarena: open %s: lock: %w", path, err)
 	}
 	defer unix.Flock(fd, unix.LOCK_UN)
+	return attachUnderLock(f, path, cfg)
+}
+
+// attachUnderLock validates the file, or builds it if it is an
+// interrupted create, holding the flock.
+func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
+	fd := int(f.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+	}
+	if st.Nlink == 0 && path != "" {
+		return nil, errUnlinked
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("shmarena: open %s: %w: not a regular file", path, ErrNotArena)
@@ -514,7 +557,7 @@ func (a *Arena) Close() error {
 	}
 	wakeAllOnClose(a.mem)
 	var err error
-	if a.awaitOwnLocks() {
+	if a.awaitInflight() {
 		err = mapping.Retire(a.mem)
 	}
 	if cerr := a.f.Close(); err == nil {
@@ -526,33 +569,19 @@ func (a *Arena) Close() error {
 	return nil
 }
 
-// awaitOwnLocks gives operations that passed their closed check before
-// Close a moment to release the locks they hold, and reports whether none
-// is held any more. A lock released into a retired (private) mapping would
-// stay held in the file while this process lives, stalling every other
-// process; so when one is still held after the wait (a slow Update
-// function, a descheduled writer, or another handle of this process on the
-// same file), Close leaves the mapping in place for the life of the
-// process and the operation finishes in the file.
-func (a *Arena) awaitOwnLocks() bool {
-	var offs []int
-	for i := 0; i < layout.DirEntries; i++ {
-		if mem.Load32(a.mem, layout.OffDir+i*layout.EntrySize) != layout.EntryReady {
-			continue
-		}
-		e := layout.ReadEntry(a.mem, i)
-		if ops, ok := kinds[RegionKind(e.Kind)]; ok && ops.locks != nil && layout.ValidateEntry(e, int64(len(a.mem))) == nil {
-			offs = append(offs, ops.locks(e)...)
-		}
-	}
+// awaitInflight gives operations counted by enter 100 ms to finish and
+// reports whether none is left. A lock released into a retired (private)
+// mapping would stay held in the file while this process lives, stalling
+// every other process; so when one is still running (a slow Update
+// function, a descheduled writer), Close leaves the mapping in place for
+// the life of the process and the operation finishes in the file.
+func (a *Arena) awaitInflight() bool {
 	deadline := time.Now().Add(100 * time.Millisecond)
-	for _, off := range offs {
-		for off+8 <= len(a.mem) && mem.Load64(a.mem, off) == uint64(a.self) {
-			if time.Now().After(deadline) {
-				return false
-			}
-			time.Sleep(50 * time.Microsecond)
+	for a.inflight.Load() != 0 {
+		if time.Now().After(deadline) {
+			return false
 		}
+		time.Sleep(50 * time.Microsecond)
 	}
 	return true
 }

@@ -3,6 +3,7 @@ package shmarena
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -483,4 +484,76 @@ func TestRegionBytesSizeAnArena(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	_, err = RingBytes(WithStripes(2))
 	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// Writes that take their locks while Close is under way, with lock holds
+// longer than Close's wait, never leave a lock held in the file, and a
+// write reported done is in the file.
+func TestCloseUnderContendedSlowWrites(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("m", WithStripes(2), WithSlots(64))
+	require.NoError(t, err)
+	b, err := Open(path)
+	require.NoError(t, err)
+	defer b.Close()
+	mb, err := b.Map("m", WithStripes(2), WithSlots(64))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	done := make(chan string, 64)
+	for g := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				key := fmt.Sprintf("g%d-%d", g, i)
+				h := hashKey(key)
+				s := m.stripeOf(h)
+				if !m.lock(s) {
+					return
+				}
+				time.Sleep(time.Duration(10+30*(g%3)) * time.Millisecond)
+				err := m.storeLocked(s, key, h, []byte("v"), writeConfig{})
+				m.unlock(s)
+				if err == nil {
+					done <- key
+				}
+			}
+		}()
+	}
+	time.Sleep(40 * time.Millisecond)
+	require.NoError(t, a.Close())
+	wg.Wait()
+	close(done)
+	for s := uint64(0); s < 2; s++ {
+		require.Zero(t, uint64(rlock.Owner(b.mem, mb.lockOff(s))), "stripe %d left held in the file", s)
+	}
+	for key := range done {
+		require.True(t, mb.Exists(key), "write %s reported done but not in the file", key)
+	}
+}
+
+// A creator whose build fails removes the file only while it holds the
+// flock, and an opener that then finds the file unlinked starts again: an
+// arena that Open returns always has a name.
+func TestFailedCreatorNeverUnlinksABuiltArena(t *testing.T) {
+	for i := range 300 {
+		path := filepath.Join(t.TempDir(), "a")
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if a, err := Open(path, WithSize(1<<50)); err == nil {
+				a.Close()
+			}
+		}()
+		a, err := Open(path, WithSize(1<<20))
+		wg.Wait()
+		if err != nil {
+			continue // the failing creator's error, or its size, won
+		}
+		var st unix.Stat_t
+		require.NoError(t, unix.Fstat(int(a.File().Fd()), &st))
+		require.NotZero(t, st.Nlink, "round %d: Open returned an arena whose file was removed", i)
+		require.NoError(t, a.Close())
+	}
 }

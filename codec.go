@@ -260,7 +260,9 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 	s := m.stripeOf(h)
 	bp := getBuf()
 	defer putBuf(bp)
-	m.lock(s)
+	if !m.lock(s) {
+		return ErrClosed
+	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
 	live := found && !lapsed(v.deadline)

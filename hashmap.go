@@ -117,7 +117,7 @@ type MapStats struct {
 }
 
 func init() {
-	kinds[KindMap] = kindOps{validate: validateMapRegion, reset: resetMapRegion, locks: mapLocks}
+	kinds[KindMap] = kindOps{validate: validateMapRegion, reset: resetMapRegion}
 }
 
 // Map returns the map named name, creating it with the given shape if the
@@ -251,16 +251,6 @@ func validateMapRegion(b []byte, e layout.Entry) error {
 		}
 	}
 	return nil
-}
-
-// mapLocks lists a map region's stripe lock words.
-func mapLocks(e layout.Entry) []int {
-	stripes := min(e.Params[2], maxStripes)
-	offs := make([]int, 0, stripes)
-	for s := uint64(0); s < stripes; s++ {
-		offs = append(offs, int(e.Offset)+mapHeader+int(s)*stripeStride)
-	}
-	return offs
 }
 
 // resetMapRegion clears the locks and half-written slots that processes of
@@ -561,6 +551,10 @@ func rlockOwnerAlive(b []byte, off int) bool {
 // collect turns key's lapsed entry into a tombstone if its stripe is free
 // right now; a busy stripe means a writer is there and will see it.
 func (m *Map) collect(key string, h uint64) {
+	if !m.a.enter() {
+		return
+	}
+	defer m.a.exit()
 	s := m.stripeOf(h)
 	ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self)
 	if !ok {
@@ -574,29 +568,46 @@ func (m *Map) collect(key string, h uint64) {
 		m.remove(s, v)
 		m.stat(mhExpired)
 	}
-	m.unlock(s)
+	m.release(s)
 }
 
 // --- locking and recovery ---
 
-func (m *Map) lock(s uint64) {
-	if rlock.Acquire(m.mem, m.lockOff(s), m.a.self) {
-		m.afterTakeover(s)
-		m.lock(s)
+// lock takes stripe s for a write, or returns false after Close. It
+// counts the write in flight first (see Arena.enter), so Close never
+// retires the mapping under a lock held in the file.
+func (m *Map) lock(s uint64) bool {
+	if !m.a.enter() {
+		return false
 	}
+	for rlock.Acquire(m.mem, m.lockOff(s), m.a.self) {
+		m.afterTakeover(s)
+	}
+	return true
 }
 
-func (m *Map) unlock(s uint64) { rlock.Release(m.mem, m.lockOff(s)) }
+// unlock releases a stripe taken by lock.
+func (m *Map) unlock(s uint64) {
+	m.release(s)
+	m.a.exit()
+}
+
+// release frees stripe s without ending an operation.
+func (m *Map) release(s uint64) { rlock.Release(m.mem, m.lockOff(s)) }
 
 // repairDead takes over stripe s from a dead owner if it can, repairs it
 // and releases it.
 func (m *Map) repairDead(s uint64) {
+	if !m.a.enter() {
+		return
+	}
+	defer m.a.exit()
 	if ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self); ok {
 		if recovered {
 			m.afterTakeover(s)
 			return
 		}
-		m.unlock(s)
+		m.release(s)
 	}
 }
 
@@ -605,7 +616,7 @@ func (m *Map) repairDead(s uint64) {
 func (m *Map) afterTakeover(s uint64) {
 	m.repairStripe(s)
 	mem.Add64(m.mem, m.base+mhRecoveries, 1)
-	m.unlock(s)
+	m.release(s)
 	m.recount()
 }
 
@@ -645,7 +656,7 @@ func (m *Map) recount() {
 	crashPoint("recount")
 	m.count()
 	for s := uint64(0); s < m.stripes; s++ {
-		m.unlock(s)
+		m.release(s)
 	}
 }
 
@@ -795,7 +806,7 @@ func (m *Map) reclaim(s uint64, v view) (view, bool) {
 		if !mem.CAS64(m.mem, m.lockOff(other), 0, uint64(m.a.self)) {
 			return v, false
 		}
-		defer m.unlock(other)
+		defer m.release(other)
 	}
 	if mem.Load64(m.mem, v.off+sVersion) != v.ver {
 		return v, false
@@ -969,7 +980,9 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
 	c := writeOpts(opts)
 	h := hashKey(key)
 	s := m.stripeOf(h)
-	m.lock(s)
+	if !m.lock(s) {
+		return ErrClosed
+	}
 	defer m.unlock(s)
 	return m.storeLocked(s, key, h, value, c)
 }
@@ -1034,7 +1047,9 @@ func (m *Map) loadAndDelete(key string, load bool) (value []byte, loaded bool) {
 	}
 	h := hashKey(key)
 	s := m.stripeOf(h)
-	m.lock(s)
+	if !m.lock(s) {
+		return nil, false
+	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
 	if !found {
@@ -1061,7 +1076,9 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	}
 	h := hashKey(key)
 	s := m.stripeOf(h)
-	m.lock(s)
+	if !m.lock(s) {
+		return nil, false, ErrClosed
+	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
 	if found && !lapsed(v.deadline) {
@@ -1081,7 +1098,9 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 	}
 	h := hashKey(key)
 	s := m.stripeOf(h)
-	m.lock(s)
+	if !m.lock(s) {
+		return nil, false, ErrClosed
+	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
 	if found && !lapsed(v.deadline) {
@@ -1104,7 +1123,9 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	}
 	h := hashKey(key)
 	s := m.stripeOf(h)
-	m.lock(s)
+	if !m.lock(s) {
+		return false, ErrClosed
+	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
 	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) {
@@ -1125,7 +1146,9 @@ func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
 	}
 	h := hashKey(key)
 	s := m.stripeOf(h)
-	m.lock(s)
+	if !m.lock(s) {
+		return false
+	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
 	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) {
@@ -1164,7 +1187,9 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 	}
 	h := hashKey(key)
 	s := m.stripeOf(h)
-	m.lock(s)
+	if !m.lock(s) {
+		return 0, ErrClosed
+	}
 	defer m.unlock(s)
 	v, free, found := m.locate(key, h, s)
 	if found && !lapsed(v.deadline) {
@@ -1212,7 +1237,9 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 	}
 	h := hashKey(key)
 	s := m.stripeOf(h)
-	m.lock(s)
+	if !m.lock(s) {
+		return false
+	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
 	if !found || lapsed(v.deadline) {

@@ -103,9 +103,7 @@ var (
 var publishHook func(seq uint64)
 
 func init() {
-	kinds[KindRing] = kindOps{validate: validateRing, reset: resetRing, locks: func(e layout.Entry) []int {
-		return []int{int(e.Offset) + rl.OffLock, int(e.Offset) + rl.OffGroupLock}
-	}}
+	kinds[KindRing] = kindOps{validate: validateRing, reset: resetRing}
 	prev := wakeAllOnClose
 	wakeAllOnClose = func(b []byte) {
 		prev(b)
@@ -325,6 +323,10 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 		return 0, fmt.Errorf("shmarena: ring %q: %w: topic %d + payload %d bytes, a slot holds %d",
 			r.name, ErrTooLarge, len(topic), len(payload), r.maxBody)
 	}
+	if !r.a.enter() {
+		return 0, ErrClosed
+	}
+	defer r.a.exit() // after the wake, so Close cannot retire under it
 	lock := r.off + rl.OffLock
 	if rlock.Acquire(b, lock, r.self) {
 		r.repair()
@@ -567,6 +569,10 @@ func (r *Ring) checkHole(w *holeWatch) bool {
 		return false
 	}
 	w.since = now
+	if !r.a.enter() {
+		return false
+	}
+	defer r.a.exit()
 	ok, recovered := rlock.TryAcquire(b, lock, r.self)
 	if !ok {
 		return false
