@@ -833,7 +833,7 @@ func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
 		ver := mem.Load64(m.mem, off+sVersion)
 		st := metaState(mem.Load64(m.mem, off+sMeta))
 		if ver&1 == 0 && (st == stateEmpty || st == stateTombstone) {
-			mem.Store64(m.mem, intent, i+1)
+			mem.Put64(m.mem, intent, i+1) // ordered before the CAS by it
 			m.setTag(i, tagUnknown)
 			if mem.CAS64(m.mem, off+sVersion, ver, m.begun(ver, s)) {
 				m.setTag(i, tagOf(h))
@@ -845,7 +845,7 @@ func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
 			i = 0
 		}
 	}
-	mem.Store64(m.mem, intent, 0)
+	mem.Put64(m.mem, intent, 0)
 	return 0, false, false
 }
 
@@ -854,7 +854,7 @@ func (m *Map) begun(ver, s uint64) uint64 { return (ver>>seqShift+1)<<seqShift |
 // begin marks a slot the stripe holder owns as being written.
 func (m *Map) begin(s uint64, v view) {
 	i := uint64(v.off-m.slotBase) / uint64(m.slotSize)
-	mem.Store64(m.mem, m.lockOff(s)+8, i+1)
+	mem.Put64(m.mem, m.lockOff(s)+8, i+1) // the version exchange below orders it
 	mem.Store64(m.mem, v.off+sVersion, m.begun(v.ver, s))
 }
 
@@ -864,7 +864,9 @@ func (m *Map) end(off int) {
 	mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
 }
 
-func (m *Map) clearIntent(s uint64) { mem.Store64(m.mem, m.lockOff(s)+8, 0) }
+// clearIntent needs no fence: a recoverer reads the intent only after the
+// holder died, and checks the slot's version names this stripe.
+func (m *Map) clearIntent(s uint64) { mem.Put64(m.mem, m.lockOff(s)+8, 0) }
 
 // An entry is what a write puts in a slot.
 type entry struct {
