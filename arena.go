@@ -37,24 +37,41 @@ type Arena struct {
 
 	// inflight counts operations of this process that may hold a lock in
 	// the file (writes, publishes, repairs). Close retires the mapping
-	// only once it is zero; reads, which take no lock, are not counted.
-	inflight atomic.Int64
+	// only once every count is zero; reads, which take no lock, are not
+	// counted. The counts are sharded (by stripe for maps) on their own
+	// cache lines, so writers of different stripes do not bounce one word.
+	inflight [inflightShards]struct {
+		n atomic.Int64
+		_ [56]byte
+	}
 }
 
-// enter counts an operation in flight, or returns false after Close. The
-// count goes up before closed is checked and Close sets closed before it
-// reads the count, so either the operation sees closed or Close sees it.
-func (a *Arena) enter() bool {
-	a.inflight.Add(1)
+const inflightShards = 16
+
+// enter counts an operation in flight in shard i, or returns false after
+// Close. The count goes up before closed is checked and Close sets closed
+// before it reads the counts, so either the operation sees closed or Close
+// sees the count.
+func (a *Arena) enter(i uint64) bool {
+	c := &a.inflight[i%inflightShards].n
+	c.Add(1)
 	if a.closed.Load() {
-		a.inflight.Add(-1)
+		c.Add(-1)
 		return false
 	}
 	return true
 }
 
-// exit ends an operation counted by enter.
-func (a *Arena) exit() { a.inflight.Add(-1) }
+// exit ends an operation counted by enter(i).
+func (a *Arena) exit(i uint64) { a.inflight[i%inflightShards].n.Add(-1) }
+
+func (a *Arena) inflightTotal() int64 {
+	var n int64
+	for i := range a.inflight {
+		n += a.inflight[i].n.Load()
+	}
+	return n
+}
 
 // RegionKind says what a region holds.
 type RegionKind uint32
@@ -577,7 +594,7 @@ func (a *Arena) Close() error {
 // the life of the process and the operation finishes in the file.
 func (a *Arena) awaitInflight() bool {
 	deadline := time.Now().Add(100 * time.Millisecond)
-	for a.inflight.Load() != 0 {
+	for a.inflightTotal() != 0 {
 		if time.Now().After(deadline) {
 			return false
 		}

@@ -102,10 +102,10 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 		return nil, fmt.Errorf("shmarena: ring %q: group %q: %w: topic is %d bytes, at most %d", r.name, name, ErrInvalid, len(cfg.topic), rl.MaxGroupTopic)
 	}
 	b := r.b
-	if !r.a.enter() {
+	if !r.a.enter(0) {
 		return nil, ErrClosed
 	}
-	defer r.a.exit()
+	defer r.a.exit(0)
 	lock := r.off + rl.OffGroupLock
 	if rlock.Acquire(b, lock, r.self) {
 		// The previous holder died: drop any entry it left half-made.

@@ -551,11 +551,11 @@ func rlockOwnerAlive(b []byte, off int) bool {
 // collect turns key's lapsed entry into a tombstone if its stripe is free
 // right now; a busy stripe means a writer is there and will see it.
 func (m *Map) collect(key string, h uint64) {
-	if !m.a.enter() {
+	s := m.stripeOf(h)
+	if !m.a.enter(s) {
 		return
 	}
-	defer m.a.exit()
-	s := m.stripeOf(h)
+	defer m.a.exit(s)
 	ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self)
 	if !ok {
 		return
@@ -577,7 +577,7 @@ func (m *Map) collect(key string, h uint64) {
 // counts the write in flight first (see Arena.enter), so Close never
 // retires the mapping under a lock held in the file.
 func (m *Map) lock(s uint64) bool {
-	if !m.a.enter() {
+	if !m.a.enter(s) {
 		return false
 	}
 	for rlock.Acquire(m.mem, m.lockOff(s), m.a.self) {
@@ -589,7 +589,7 @@ func (m *Map) lock(s uint64) bool {
 // unlock releases a stripe taken by lock.
 func (m *Map) unlock(s uint64) {
 	m.release(s)
-	m.a.exit()
+	m.a.exit(s)
 }
 
 // release frees stripe s without ending an operation.
@@ -598,10 +598,10 @@ func (m *Map) release(s uint64) { rlock.Release(m.mem, m.lockOff(s)) }
 // repairDead takes over stripe s from a dead owner if it can, repairs it
 // and releases it.
 func (m *Map) repairDead(s uint64) {
-	if !m.a.enter() {
+	if !m.a.enter(s) {
 		return
 	}
-	defer m.a.exit()
+	defer m.a.exit(s)
 	if ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self); ok {
 		if recovered {
 			m.afterTakeover(s)

@@ -323,10 +323,10 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 		return 0, fmt.Errorf("shmarena: ring %q: %w: topic %d + payload %d bytes, a slot holds %d",
 			r.name, ErrTooLarge, len(topic), len(payload), r.maxBody)
 	}
-	if !r.a.enter() {
+	if !r.a.enter(0) {
 		return 0, ErrClosed
 	}
-	defer r.a.exit() // after the wake, so Close cannot retire under it
+	defer r.a.exit(0) // after the wake, so Close cannot retire under it
 	lock := r.off + rl.OffLock
 	if rlock.Acquire(b, lock, r.self) {
 		r.repair()
@@ -569,10 +569,10 @@ func (r *Ring) checkHole(w *holeWatch) bool {
 		return false
 	}
 	w.since = now
-	if !r.a.enter() {
+	if !r.a.enter(0) {
 		return false
 	}
-	defer r.a.exit()
+	defer r.a.exit(0)
 	ok, recovered := rlock.TryAcquire(b, lock, r.self)
 	if !ok {
 		return false
