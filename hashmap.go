@@ -18,10 +18,13 @@ import (
 // Map region layout, offsets from the region start.
 //
 //	0    slots          8  slot size      16 stripes      24 flags (1 = encoded)
-//	32   used | tombstones<<32            40 busy         48 full
+//	32   (unused)                         40 busy         48 full
 //	56   expired        64 recoveries   72 longest probe distance of any insert
-//	128  stripes x 64 bytes: lock word, then the slot index+1 being written
-//	     (0 = none), so a recoverer knows which slot a dead writer held
+//	128  stripes x 64 bytes: lock word; the slot index+1 being written
+//	     (0 = none), so a recoverer knows which slot a dead writer held;
+//	     then this stripe's share of used and of tombstones (signed: an
+//	     insert may reuse another stripe's tombstone; only the sums mean
+//	     anything, and only holders of the stripe change them)
 //	...  one tag byte per slot, 64-aligned (see tagOf)
 //	...  slots x slot size, 64-aligned
 //
@@ -40,7 +43,7 @@ const (
 	mhSlotSize   = 8
 	mhStripes    = 16
 	mhFlags      = 24
-	mhCounts     = 32
+	mhCounts     = 32 // unused since the counts moved into the stripes
 	mhBusy       = 40
 	mhFull       = 48
 	mhExpired    = 56
@@ -279,7 +282,31 @@ func (m *Map) Len() int {
 	if m.a.closed.Load() {
 		return 0
 	}
-	return int(uint32(mem.Load64(m.mem, m.base+mhCounts)))
+	used, _ := m.counts()
+	return used
+}
+
+const (
+	stUsed = 16 // offsets within a stripe
+	stTomb = 24
+)
+
+// counts sums the stripes' shares. Under concurrent writes the sums may be
+// off by the operations in flight; they are never negative.
+func (m *Map) counts() (used, tomb int) {
+	var u, t int64
+	for s := uint64(0); s < m.stripes; s++ {
+		u += int64(mem.Load64(m.mem, m.lockOff(s)+stUsed))
+		t += int64(mem.Load64(m.mem, m.lockOff(s)+stTomb))
+	}
+	return int(max(u, 0)), int(max(t, 0))
+}
+
+// addCounts changes stripe s's shares; the caller holds s.
+func (m *Map) addCounts(s uint64, used, tomb int64) {
+	o := m.lockOff(s)
+	mem.Put64(m.mem, o+stUsed, uint64(int64(mem.Load64(m.mem, o+stUsed))+used))
+	mem.Put64(m.mem, o+stTomb, uint64(int64(mem.Load64(m.mem, o+stTomb))+tomb))
 }
 
 // Stats returns the map's shared counters; zero after Close.
@@ -287,11 +314,11 @@ func (m *Map) Stats() MapStats {
 	if m.a.closed.Load() {
 		return MapStats{}
 	}
-	c := mem.Load64(m.mem, m.base+mhCounts)
+	used, tomb := m.counts()
 	return MapStats{
-		Used:       int(uint32(c)),
+		Used:       used,
 		Capacity:   int(m.slots),
-		Tombstones: int(c >> 32),
+		Tombstones: tomb,
 		Busy:       mem.Load64(m.mem, m.base+mhBusy),
 		Full:       mem.Load64(m.mem, m.base+mhFull),
 		Expired:    mem.Load64(m.mem, m.base+mhExpired),
@@ -678,7 +705,12 @@ func (m *Map) count() {
 			tomb++
 		}
 	}
-	mem.Store64(m.mem, m.base+mhCounts, used|tomb<<32)
+	for s := uint64(0); s < m.stripes; s++ {
+		mem.Store64(m.mem, m.lockOff(s)+stUsed, 0)
+		mem.Store64(m.mem, m.lockOff(s)+stTomb, 0)
+	}
+	mem.Store64(m.mem, m.lockOff(0)+stUsed, used)
+	mem.Store64(m.mem, m.lockOff(0)+stTomb, tomb)
 }
 
 // --- the locked write path ---
@@ -900,7 +932,7 @@ func (m *Map) remove(s uint64, v view) {
 	mem.Store64(m.mem, v.off+sMeta, metaOf(stateTombstone, 0, 0, 0))
 	mem.Store64(m.mem, v.off+sDeadline, 0)
 	m.end(v.off)
-	mem.Add64(m.mem, m.base+mhCounts, 1<<32-1) // used-1, tombstones+1
+	m.addCounts(s, -1, 1)
 	m.clearIntent(s)
 }
 
@@ -925,9 +957,9 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	crashPoint("insert")
 	m.end(off)
 	if wasTomb {
-		mem.Add64(m.mem, m.base+mhCounts, ^uint64(1<<32-2)) // used+1, tombstones-1 (1 - 1<<32)
+		m.addCounts(s, 1, -1)
 	} else {
-		mem.Add64(m.mem, m.base+mhCounts, 1)
+		m.addCounts(s, 1, 0)
 	}
 	m.clearIntent(s)
 	return nil

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -605,4 +606,51 @@ func TestMapHugeTTL(t *testing.T) {
 	require.Equal(t, int64(2), n)
 	require.True(t, m.Expire("k", forever))
 	require.True(t, m.Exists("k"))
+}
+
+func init() {
+	childRoles["map-churn"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		m, err := a.Map("churn", WithSlots(4096))
+		if err != nil {
+			return err
+		}
+		id, n := envInt("SHMARENA_ID"), envInt("SHMARENA_N")
+		for i := range n {
+			if err := m.Store(fmt.Sprintf("c%d-%d", id, i), []byte("v")); err != nil {
+				return err
+			}
+			if i%2 == 1 && !m.Delete(fmt.Sprintf("c%d-%d", id, i-1)) {
+				return fmt.Errorf("delete of c%d-%d failed", id, i-1)
+			}
+		}
+		return nil
+	}
+}
+
+// Two processes inserting and deleting at once keep Len and Stats exact:
+// the counts are shares kept per stripe, summed on read.
+func TestMapCountsUnderChurnProcesses(t *testing.T) {
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("churn", WithSlots(4096))
+	require.NoError(t, err)
+	runChildren(t, "map-churn", 2, "SHMARENA_PATH="+path, "SHMARENA_N=1500")
+	var used, tomb int
+	for i := uint64(0); i < m.slots; i++ {
+		switch metaState(mem.Load64(m.mem, m.slotOff(i)+sMeta)) {
+		case stateLive:
+			used++
+		case stateTombstone:
+			tomb++
+		}
+	}
+	require.Equal(t, 1500, used)
+	st := m.Stats()
+	require.Equal(t, used, st.Used)
+	require.Equal(t, tomb, st.Tombstones)
+	require.Equal(t, used, m.Len())
 }
