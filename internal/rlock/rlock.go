@@ -19,6 +19,8 @@ var (
 	// the owner is alive; CheckEvery is how often it asks again.
 	CheckAfter = 5 * time.Millisecond
 	CheckEvery = 20 * time.Millisecond
+	// SpinFor is how long a waiter yields before it starts to sleep.
+	SpinFor = 50 * time.Microsecond
 )
 
 // Acquire takes the lock at off for self, waiting as long as the owner is
@@ -42,16 +44,20 @@ func acquireSlow(b []byte, off int, self proc.Token) bool {
 			}
 			continue
 		}
-		switch {
-		case i < 50:
-			continue
-		case i < 150:
-			runtime.Gosched()
-			continue
+		if i < 64 {
+			continue // holders keep a lock for well under a microsecond
 		}
 		now := time.Now()
 		if start.IsZero() {
 			start, nextCheck = now, now.Add(CheckAfter)
+		}
+		// Yield rather than sleep for a while: a Go sleep lasts tens of
+		// microseconds at least, a hundred times a critical section, so
+		// sleeping at the first collision made two busy writer processes
+		// run at a fraction of one.
+		if now.Sub(start) < SpinFor {
+			runtime.Gosched()
+			continue
 		}
 		if now.After(nextCheck) {
 			nextCheck = now.Add(CheckEvery)
