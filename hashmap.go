@@ -43,7 +43,6 @@ const (
 	mhSlotSize   = 8
 	mhStripes    = 16
 	mhFlags      = 24
-	mhCounts     = 32 // unused since the counts moved into the stripes
 	mhBusy       = 40
 	mhFull       = 48
 	mhExpired    = 56
@@ -277,7 +276,9 @@ func (m *Map) Capacity() int { return int(m.slots) }
 func (m *Map) MaxPair() int { return m.maxPair }
 
 // Len returns the number of live entries, including lapsed entries not yet
-// collected; 0 after Close.
+// collected; 0 after Close. It sums one share per stripe (see counts), so
+// it costs a load per stripe and, under concurrent writes, may be off by
+// the writes in flight.
 func (m *Map) Len() int {
 	if m.a.closed.Load() {
 		return 0
