@@ -33,7 +33,7 @@ const (
 	crashSlots    = 64
 	crashSlotSize = 96
 	crashStripes  = 4
-	crashBound    = time.Second
+	crashBound    = time.Second * raceSlowdown
 )
 
 func crashMap(a *Arena) (*Map, error) {
@@ -446,7 +446,8 @@ func TestCrashBootIDChange(t *testing.T) {
 	require.NoError(t, err)
 	d := time.Since(t0)
 	t.Logf("first writes after the reboot: %v", d)
-	assert.Less(t, d, 100*time.Millisecond, "nothing to wait for after a reboot")
+	assert.Zero(t, m2.Stats().Recoveries, "nothing to take over after a reboot: the reset freed every lock")
+	assert.Less(t, d, crashBound)
 	assert.Equal(t, uint64(3), seq, "record 2 was abandoned")
 	assert.Equal(t, uint64(1), r2.Stats().Abandoned)
 	_, found = m2.Load(victim)
@@ -719,8 +720,11 @@ func TestCrashKillAddersAtRandom(t *testing.T) {
 		} else {
 			time.Sleep(time.Duration(5+rng.IntN(30)) * time.Millisecond)
 		}
-		killed := time.Now()
+		// The clock starts once the victim is reaped: kill also drains its
+		// pipe, which under the race detector can take longer than the
+		// takeover being measured.
 		kids[i].kill(t)
+		killed := time.Now()
 		n, err := m.Add("total", 1)
 		require.NoError(t, err)
 		mine = append(mine, n)

@@ -24,7 +24,8 @@ import (
 //	     (0 = none), so a recoverer knows which slot a dead writer held;
 //	     then this stripe's share of used and of tombstones (signed: an
 //	     insert may reuse another stripe's tombstone; only the sums mean
-//	     anything, and only holders of the stripe change them)
+//	     anything, and only holders of the stripe change them); at 32
+//	     the lock's heir word (see internal/rlock)
 //	...  one tag byte per slot, 64-aligned (see tagOf)
 //	...  slots x slot size, 64-aligned
 //
@@ -260,7 +261,7 @@ func validateMapRegion(b []byte, e layout.Entry) error {
 func resetMapRegion(b []byte, e layout.Entry) {
 	m := newMap(&Arena{mem: b}, e)
 	for s := uint64(0); s < m.stripes; s++ {
-		mem.Store64(b, m.lockOff(s), 0)
+		rlock.Reset(b, m.lockOff(s))
 		mem.Store64(b, m.lockOff(s)+8, 0)
 	}
 	m.count()

@@ -256,8 +256,8 @@ func validateRing(b []byte, e layout.Entry) error {
 // abandoned) and a group left half-created. The region was validated.
 func resetRing(b []byte, e layout.Entry) {
 	o := int(e.Offset)
-	mem.Store64(b, o+rl.OffLock, 0)
-	mem.Store64(b, o+rl.OffGroupLock, 0)
+	rlock.Reset(b, o+rl.OffLock)
+	rlock.Reset(b, o+rl.OffGroupLock)
 	mem.Store32(b, o+rl.OffSleepers, 0)
 	for i := 0; i < rl.Groups; i++ {
 		g := o + rl.GroupOff(i)

@@ -185,7 +185,12 @@ func TestGroupTopics(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 }
 
+// A cancel or a Close wakes a sleeper at once, not at the backstop, which
+// is raised far above the bound asserted so that only a real wake passes.
 func TestRingWaitCancelAndClose(t *testing.T) {
+	defer func(d time.Duration) { waitBackstop = d }(waitBackstop)
+	waitBackstop = 30 * time.Second
+	const prompt = time.Second
 	a, _ := openTestArena(t, 1<<20)
 	r, err := a.Ring("w", WithSlots(8), WithSlotSize(64))
 	require.NoError(t, err)
@@ -205,7 +210,7 @@ func TestRingWaitCancelAndClose(t *testing.T) {
 	cancel()
 	for i := 0; i < 2; i++ {
 		assert.ErrorIs(t, <-errs, context.Canceled)
-		assert.Less(t, (<-done).Sub(t0), 50*time.Millisecond)
+		assert.Less(t, (<-done).Sub(t0), prompt)
 	}
 
 	// A publish wakes a sleeper; something readable returns at once.
@@ -228,7 +233,7 @@ func TestRingWaitCancelAndClose(t *testing.T) {
 	t0 = time.Now()
 	require.NoError(t, a.Close())
 	assert.ErrorIs(t, <-errs, ErrClosed)
-	assert.Less(t, time.Since(t0), 50*time.Millisecond)
+	assert.Less(t, time.Since(t0), prompt)
 
 	_, err = r.Publish("x", nil)
 	assert.ErrorIs(t, err, ErrClosed)

@@ -11,11 +11,13 @@
 //	72      8      next sequence to publish (starts at 1; 0 never names a record)
 //	80      8      oversize count
 //	88      8      abandoned count
+//	96      8      publish lock's heir word (see internal/rlock)
 //	128     4      futex word: bit 0 set by a reader about to sleep, bits 1-31
 //	               a sequence bumped (and bit 0 cleared) after every commit
 //	132     4      sleepers: readers waiting now (informational; a killed
 //	               reader leaves it raised, wakes do not depend on it)
 //	192     8      group-table lock (robust lock word)
+//	224     8      group-table lock's heir word
 //	256     12288  group table: 64 entries of 192 bytes
 //	12544          slots
 //

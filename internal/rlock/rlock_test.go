@@ -96,3 +96,53 @@ func TestWaitsForLiveOwner(t *testing.T) {
 		t.Fatal("no takeover within 1 s of the owner's death")
 	}
 }
+
+func liveOther(t *testing.T) proc.Token {
+	cmd := exec.Command("sleep", "5")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	tok, err := proc.Of(cmd.Process.Pid)
+	require.NoError(t, err)
+	return tok
+}
+
+// A free lock whose heir is another live process is left to it: TryAcquire
+// fails, and Acquire takes it only after deferring for HeirPatience.
+func TestDefersToLiveHeir(t *testing.T) {
+	defer func(p time.Duration) { HeirPatience = p }(HeirPatience)
+	HeirPatience = 200 * time.Millisecond
+	b := make([]byte, 64)
+	heir := liveOther(t)
+	mem.Store64(b, HeirOff, uint64(heir))
+	ok, _ := TryAcquire(b, 0, proc.Self())
+	require.False(t, ok, "TryAcquire took a lock kept for a live heir")
+	start := time.Now()
+	require.False(t, Acquire(b, 0, proc.Self()))
+	require.GreaterOrEqual(t, time.Since(start), HeirPatience)
+	require.Equal(t, uint64(heir), mem.Load64(b, HeirOff), "another process's heir word is left alone")
+}
+
+// An heir that died waiting is cleared by the next waiter.
+func TestClearsDeadHeir(t *testing.T) {
+	b := make([]byte, 64)
+	mem.Store64(b, HeirOff, uint64(deadToken(t)))
+	require.False(t, Acquire(b, 0, proc.Self()))
+	require.Zero(t, mem.Load64(b, HeirOff))
+	require.Equal(t, proc.Self(), Owner(b, 0))
+}
+
+// A waiter that starves behind a live owner claims the heir word, and
+// clears it once it has the lock.
+func TestStarvingWaiterBecomesHeir(t *testing.T) {
+	b := make([]byte, 64)
+	owner := liveOther(t)
+	mem.Store64(b, 0, uint64(owner))
+	done := make(chan struct{})
+	go func() { Acquire(b, 0, proc.Self()); close(done) }()
+	require.Eventually(t, func() bool { return mem.Load64(b, HeirOff) == uint64(proc.Self()) },
+		5*time.Second, time.Millisecond, "a waiter past StarveAfter claims the heir word")
+	Release(b, 0) // as the owner would
+	<-done
+	require.Equal(t, proc.Self(), Owner(b, 0))
+	require.Zero(t, mem.Load64(b, HeirOff), "the heir clears its word once it holds the lock")
+}
