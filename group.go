@@ -197,10 +197,13 @@ func (g *Group) Position() uint64 {
 // take now or after Close. It never blocks. With max <= 0 it stops at the
 // head it saw on entry.
 //
-// Each record goes to exactly one member: a member copies the record at
-// the shared position, then moves the position past it with a
-// compare-and-swap, and only the winner returns it (the position is never
-// fetch-and-added, which could skip records for good). A bound group steps
+// Each record goes to exactly one member: a member copies a run of up to
+// 64 records from the shared position, then moves the position past the
+// run with one compare-and-swap, and only the winner returns them (the
+// position is never fetch-and-added, which could skip records for good; a
+// loser drops its copies and tries again from the new position). The
+// payloads of one call share one allocation, each slice capped at its own
+// length, so appending to one never writes into another. A bound group steps
 // over other topics, counting them as skipped; overwritten records count
 // as lapped, holes and damaged slots as abandoned.
 //
@@ -221,10 +224,9 @@ func (g *Group) Claim(max int) []Record {
 	}
 	b := r.b
 	po := g.goff + rl.GPosition
-	bound := g.topic != ""
 	limit := mem.Load64(b, r.off+rl.OffNext)
 	var out []Record
-	var prev string
+	var arena []byte
 	for max <= 0 || len(out) < max {
 		pos := mem.Load64(b, po)
 		next := mem.Load64(b, r.off+rl.OffNext)
@@ -244,25 +246,52 @@ func (g *Group) Claim(max int) []Record {
 			}
 			continue
 		}
-		rec, res := r.read(pos, bound, g.topic, prev)
-		if !mem.CAS64(b, po, pos, pos+1) {
-			continue // another member moved it: that record is theirs
+		n := min(next-pos, claimBatch)
+		if max > 0 {
+			n = min(n, uint64(max-len(out)))
 		}
-		switch res {
-		case readOK:
-			mem.Add64(b, g.goff+rl.GDelivered, 1)
-			g.mine.Add(1)
-			prev = rec.Topic
-			out = append(out, rec)
-		case readLapped:
-			mem.Add64(b, g.goff+rl.GLapped, 1)
-		case readSkipped:
-			mem.Add64(b, g.goff+rl.GSkipped, 1)
-		default:
-			mem.Add64(b, g.goff+rl.GAbandoned, 1)
-		}
+		out, arena = g.claimRun(pos, n, out, arena)
 	}
 	return out
+}
+
+// claimBatch bounds how many records one compare-and-swap of the group's
+// position claims: reading more before the swap wastes more work when
+// another member wins it.
+const claimBatch = 64
+
+// claimRun reads the n records from pos, then claims them all with one
+// compare-and-swap of the group's position; if another member moved the
+// position first, the reads are dropped (those records are theirs) and
+// out is returned unchanged. Payloads share arena's allocations.
+func (g *Group) claimRun(pos, n uint64, out []Record, arena []byte) ([]Record, []byte) {
+	r := g.r
+	b := r.b
+	have, used := len(out), len(arena)
+	var tally [readSkipped + 1]uint64
+	prev := ""
+	if have > 0 {
+		prev = out[have-1].Topic
+	}
+	for seq := pos; seq < pos+n; seq++ {
+		rec, res := r.readInto(seq, g.topic != "", g.topic, prev, &arena)
+		tally[res]++
+		if res == readOK {
+			prev = rec.Topic
+			out = append(out, rec)
+		}
+	}
+	if !mem.CAS64(b, g.goff+rl.GPosition, pos, pos+n) {
+		clear(out[have:])
+		return out[:have], arena[:used]
+	}
+	for res, field := range [...]int{readOK: rl.GDelivered, readLapped: rl.GLapped, readAbandoned: rl.GAbandoned, readSkipped: rl.GSkipped} {
+		if tally[res] != 0 {
+			mem.Add64(b, g.goff+field, tally[res])
+		}
+	}
+	g.mine.Add(tally[readOK])
+	return out, arena
 }
 
 func (g *Group) checkHole() bool {

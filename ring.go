@@ -483,11 +483,15 @@ const (
 	readSkipped              // another topic than the reader is bound to
 )
 
-// read copies the record at seq, which must be below the ring's next
+// readInto copies the record at seq, which must be below the ring's next
 // sequence. bound says whether only records of topic are wanted; prev is
 // a topic string to reuse when equal, to save an allocation. Every length
-// taken from the slot is checked before use.
-func (r *Ring) read(seq uint64, bound bool, topic, prev string) (Record, readResult) {
+// taken from the slot is checked before use. The payload is appended to
+// *arena when arena is not nil, so a batch of records shares one
+// allocation, and is allocated alone otherwise. The payload's capacity
+// ends at its length: appending to one record's payload copies it rather
+// than overwriting the next record's.
+func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, arena *[]byte) (Record, readResult) {
 	if seq == 0 {
 		return Record{}, readAbandoned
 	}
@@ -531,7 +535,13 @@ func (r *Ring) read(seq uint64, bound bool, topic, prev string) (Record, readRes
 	case tl > 0:
 		rec.Topic = string(mem.AppendBytes(nil, b, body, int(tl)))
 	}
-	rec.Payload = mem.AppendBytes(make([]byte, 0, int(pl)), b, body+int(tl), int(pl))
+	if arena == nil {
+		rec.Payload = mem.AppendBytes(make([]byte, 0, int(pl)), b, body+int(tl), int(pl))
+	} else {
+		start := len(*arena)
+		*arena = mem.AppendBytes(*arena, b, body+int(tl), int(pl))
+		rec.Payload = (*arena)[start:len(*arena):len(*arena)]
+	}
 	if mem.Load64(b, o+rl.SBegin) != seq {
 		return Record{}, readLapped
 	}
@@ -707,10 +717,12 @@ func (c *Cursor) Next() (Record, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.next(0)
+	return c.next(0, nil)
 }
 
-func (c *Cursor) next(limit uint64) (Record, bool) {
+// next reads the record at the cursor's position, its payload appended to
+// *arena when arena is not nil (see readInto).
+func (c *Cursor) next(limit uint64, arena *[]byte) (Record, bool) {
 	r := c.r
 	repaired := false
 	for {
@@ -729,7 +741,7 @@ func (c *Cursor) next(limit uint64) (Record, bool) {
 			c.st.Lapped += next - r.slots - c.pos
 			c.pos = next - r.slots
 		}
-		rec, res := r.read(c.pos, false, "", c.top)
+		rec, res := r.readInto(c.pos, false, "", c.top, arena)
 		c.pos++
 		c.st.Position = c.pos
 		switch res {
@@ -747,7 +759,8 @@ func (c *Cursor) next(limit uint64) (Record, bool) {
 
 // Read returns up to max records (all that are readable now when max <= 0),
 // oldest first, or nil when there are none or after Close. It never
-// blocks; with max <= 0 it stops at the head it saw on entry.
+// blocks; with max <= 0 it stops at the head it saw on entry. The payloads
+// of one call share one allocation, each slice capped at its own length.
 func (c *Cursor) Read(max int) []Record {
 	if c.r.closed() {
 		return nil
@@ -756,8 +769,9 @@ func (c *Cursor) Read(max int) []Record {
 	defer c.mu.Unlock()
 	limit := mem.Load64(c.r.b, c.r.off+rl.OffNext)
 	var out []Record
+	var arena []byte
 	for max <= 0 || len(out) < max {
-		rec, ok := c.next(limit)
+		rec, ok := c.next(limit, &arena)
 		if !ok {
 			break
 		}

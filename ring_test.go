@@ -353,3 +353,28 @@ func TestKilledSleeperCostsOneWake(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, flag(), "the publish cleared the flag; later ones make no system call")
 }
+
+// Records of one Read or Claim share an allocation; appending to one
+// payload must not write into the next.
+func TestRingBatchPayloadsAreIsolated(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r, err := a.Ring("iso", WithSlots(16), WithSlotSize(64))
+	require.NoError(t, err)
+	c := r.Cursor()
+	g, err := r.Group("g")
+	require.NoError(t, err)
+	for _, p := range []string{"aa", "bb", "cc"} {
+		_, err := r.Publish("t", []byte(p))
+		require.NoError(t, err)
+	}
+	for name, recs := range map[string][]Record{"Read": c.Read(0), "Claim": g.Claim(0)} {
+		require.Len(t, recs, 3, name)
+		recs[0].Payload = append(recs[0].Payload, 'X')
+		assert.Equal(t, "aaX", string(recs[0].Payload), name)
+		assert.Equal(t, "bb", string(recs[1].Payload), name)
+		assert.Equal(t, "cc", string(recs[2].Payload), name)
+		assert.Equal(t, []uint64{1, 2, 3}, []uint64{recs[0].Seq, recs[1].Seq, recs[2].Seq}, name)
+	}
+	assert.Equal(t, uint64(3), g.Stats().Delivered)
+	assert.Equal(t, uint64(3), g.Stats().Mine)
+}

@@ -10,3 +10,7 @@ func write[S ~string | ~[]byte](b []byte, off int, s S) { atomicWrite(b, off, s)
 
 // Put64 stores v at off (an atomic store in these builds).
 func Put64(b []byte, off int, v uint64) { Store64(b, off, v) }
+
+// StoreRelease64 stores v at off with release ordering; elsewhere it is an
+// atomic store (see the amd64 version).
+func StoreRelease64(b []byte, off int, v uint64) { Store64(b, off, v) }

@@ -17,3 +17,9 @@ func write[S ~string | ~[]byte](b []byte, off int, s S) { copy(b[off:off+len(s)]
 // from moving it out of its critical section. It saves the full fence of an
 // atomic store.
 func Put64(b []byte, off int, v uint64) { *p64(b, off) = v }
+
+// StoreRelease64 stores v at off with release ordering: earlier loads and
+// stores are visible before it, which is all a lock release needs. On amd64
+// every store is a release store (TSO), so a plain store does it without
+// the full fence of an atomic store.
+func StoreRelease64(b []byte, off int, v uint64) { *p64(b, off) = v }

@@ -158,8 +158,9 @@ func TakeOver(b []byte, off int, owner uint64, self proc.Token) bool {
 	return mem.CAS64(b, off, owner, uint64(self))
 }
 
-// Release frees the lock.
-func Release(b []byte, off int) { mem.Store64(b, off, 0) }
+// Release frees the lock: a release store, so everything written under
+// the lock is visible to the next owner.
+func Release(b []byte, off int) { mem.StoreRelease64(b, off, 0) }
 
 // Reset clears the lock and heir words; only for a file whose processes
 // all died with an earlier boot.
