@@ -362,6 +362,54 @@ func tagOf(h uint64) byte {
 
 func (m *Map) tagWord(i uint64) uint64 { return mem.Load64(m.mem, m.tagBase+int(i>>3)<<3) }
 
+const (
+	lowBytes  = 0x0101010101010101
+	highBytes = 0x8080808080808080
+)
+
+// bytesEqual sets the high bit of every byte of w equal to c, and possibly
+// of a byte just above such a byte (a borrow): callers check the byte.
+func bytesEqual(w uint64, c byte) uint64 {
+	x := w ^ (lowBytes * uint64(c))
+	return (x - lowBytes) &^ x & highBytes
+}
+
+// scanTags looks at most left slots from slot i, wrapping at the end of
+// the table, for the first whose tag is 0, want or tagUnknown: the slots a
+// search for a key with tag want must look at. It returns how many slots
+// it skipped before that one and its tag, or left when there is none. It
+// tests eight tags at a time.
+func (m *Map) scanTags(i, left uint64, want byte) (skip uint64, t byte) {
+	for skip < left {
+		n := min(8-i&7, m.slots-i) // tags of this word from slot i on
+		w := m.tagWord(i) >> ((i & 7) * 8)
+		cand := (bytesEqual(w, 0) | bytesEqual(w, want) | bytesEqual(w, tagUnknown)) & (1<<(n*8) - 1)
+		for cand != 0 {
+			b := uint64(bits.TrailingZeros64(cand)) / 8
+			if skip+b >= left {
+				return left, 0
+			}
+			if t = byte(w >> (b * 8)); t == 0 || t == want || t == tagUnknown {
+				return skip + b, t
+			}
+			cand &^= 0x80 << (b * 8)
+		}
+		skip += n
+		if i += n; i == m.slots {
+			i = 0
+		}
+	}
+	return left, 0
+}
+
+// wrapAdd returns slot i+d, wrapping at the end of the table (d < slots).
+func (m *Map) wrapAdd(i, d uint64) uint64 {
+	if i += d; i >= m.slots {
+		i -= m.slots
+	}
+	return i
+}
+
 func (m *Map) setTag(i uint64, t byte) {
 	off := m.tagBase + int(i>>3)<<3
 	shift := (i & 7) * 8
@@ -435,23 +483,13 @@ type view struct {
 func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
 	n0 := len(dst)
 	i := m.home(h)
-	limit := m.probeLimit()
 	wantTag := tagOf(h)
-	tags := m.tagWord(i)
-	for probes := uint64(0); probes < limit; probes++ {
-		if probes > 0 && i&7 == 0 {
-			tags = m.tagWord(i)
-		}
-		switch t := byte(tags >> ((i & 7) * 8)); {
-		case t == 0:
+	for left := m.probeLimit(); left > 0; left-- {
+		skip, t := m.scanTags(i, left, wantTag)
+		if skip == left || t == 0 {
 			return v, dst, false
-		case t != wantTag && t != tagUnknown:
-			if i++; i == m.slots {
-				i = 0
-				tags = m.tagWord(0)
-			}
-			continue
 		}
+		i, left = m.wrapAdd(i, skip), left-skip
 		off := m.slotOff(i)
 		for tries := 0; ; tries++ {
 			if tries == readRetries {
@@ -493,10 +531,7 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 			}
 			return v, dst, true
 		}
-		if i++; i == m.slots {
-			i = 0
-			tags = m.tagWord(0)
-		}
+		i = m.wrapAdd(i, 1)
 	}
 	return v, dst, false
 }
@@ -786,45 +821,36 @@ func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found b
 // stripe's writer, so it is not the key's.
 func (m *Map) seek(key string, h uint64) (view, bool) {
 	i := m.home(h)
-	limit := m.probeLimit()
 	wantTag := tagOf(h)
-	tags := m.tagWord(i)
-	for probes := uint64(0); probes < limit; probes++ {
-		if probes > 0 && i&7 == 0 {
-			tags = m.tagWord(i)
-		}
-		t := byte(tags >> ((i & 7) * 8))
-		if t == 0 {
+	for left := m.probeLimit(); left > 0; left-- {
+		skip, t := m.scanTags(i, left, wantTag)
+		if skip == left || t == 0 {
 			return view{}, false
 		}
-		if t == wantTag || t == tagUnknown {
-			off := m.slotOff(i)
-			for {
-				ver := mem.Load64(m.mem, off+sVersion)
-				if ver&1 != 0 {
-					break
-				}
-				meta := mem.Load64(m.mem, off+sMeta)
-				isKey := metaState(meta) == stateLive && mem.Load64(m.mem, off+sHash) == h &&
-					metaKeyLen(meta) == len(key) && m.valid(meta) &&
-					mem.Equal(m.mem, keyOff(off, meta), key)
-				deadline := int64(mem.Load64(m.mem, off+sDeadline))
-				if mem.Load64(m.mem, off+sVersion) != ver {
-					continue
-				}
-				if isKey {
-					return view{off: off, ver: ver, meta: meta, deadline: deadline}, true
-				}
-				if metaState(meta) == stateEmpty {
-					return view{}, false
-				}
+		i, left = m.wrapAdd(i, skip), left-skip
+		off := m.slotOff(i)
+		for {
+			ver := mem.Load64(m.mem, off+sVersion)
+			if ver&1 != 0 {
 				break
 			}
+			meta := mem.Load64(m.mem, off+sMeta)
+			isKey := metaState(meta) == stateLive && mem.Load64(m.mem, off+sHash) == h &&
+				metaKeyLen(meta) == len(key) && m.valid(meta) &&
+				mem.Equal(m.mem, keyOff(off, meta), key)
+			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			if mem.Load64(m.mem, off+sVersion) != ver {
+				continue
+			}
+			if isKey {
+				return view{off: off, ver: ver, meta: meta, deadline: deadline}, true
+			}
+			if metaState(meta) == stateEmpty {
+				return view{}, false
+			}
+			break
 		}
-		if i++; i == m.slots {
-			i = 0
-			tags = m.tagWord(0)
-		}
+		i = m.wrapAdd(i, 1)
 	}
 	return view{}, false
 }

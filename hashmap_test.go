@@ -654,3 +654,36 @@ func TestMapCountsUnderChurnProcesses(t *testing.T) {
 	require.Equal(t, tomb, st.Tombstones)
 	require.Equal(t, used, m.Len())
 }
+
+// scanTags, which tests eight tags at a time, agrees with a scan of one
+// tag at a time, for random tags, starting slots, limits and a table size
+// that is not a multiple of eight.
+func TestScanTagsMatchesBytewiseScan(t *testing.T) {
+	a, _ := tempArena(t, 1<<20)
+	m, err := a.Map("tags", WithSlots(61))
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, 2))
+	naive := func(i, left uint64, want byte) (uint64, byte) {
+		for skip := uint64(0); skip < left; skip++ {
+			if t := m.mem[m.tagBase+int(i)]; t == 0 || t == want || t == tagUnknown {
+				return skip, t
+			}
+			if i++; i == m.slots {
+				i = 0
+			}
+		}
+		return left, 0
+	}
+	for round := 0; round < 20000; round++ {
+		// Few distinct values, so 0, 1 and want are common, and runs of
+		// zeros followed by ones exercise the borrow of bytesEqual.
+		for i := uint64(0); i < m.slots; i++ {
+			m.mem[m.tagBase+int(i)] = byte(rng.IntN(5))
+		}
+		i, left, want := rng.Uint64N(m.slots), 1+rng.Uint64N(m.slots), byte(2+rng.IntN(3))
+		skip, tag := m.scanTags(i, left, want)
+		wantSkip, wantTag := naive(i, left, want)
+		require.Equal(t, wantSkip, skip, "round %d: from %d, %d slots, tag %d", round, i, left, want)
+		require.Equal(t, wantTag, tag, "round %d", round)
+	}
+}
