@@ -203,7 +203,8 @@ func (g *Group) Position() uint64 {
 // position is never fetch-and-added, which could skip records for good; a
 // loser drops its copies and tries again from the new position). The
 // payloads of one call share one allocation, each slice capped at its own
-// length, so appending to one never writes into another. A bound group steps
+// length, so appending to one never writes into another (and keeping one
+// keeps the whole allocation: copy a payload you keep long). A bound group steps
 // over other topics, counting them as skipped; overwritten records count
 // as lapped, holes and damaged slots as abandoned.
 //

@@ -535,14 +535,19 @@ func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, arena *[]byt
 	case tl > 0:
 		rec.Topic = string(mem.AppendBytes(nil, b, body, int(tl)))
 	}
-	if arena == nil {
+	start := 0
+	switch {
+	case arena == nil || pl == 0: // never nil, even when empty
 		rec.Payload = mem.AppendBytes(make([]byte, 0, int(pl)), b, body+int(tl), int(pl))
-	} else {
-		start := len(*arena)
+	default:
+		start = len(*arena)
 		*arena = mem.AppendBytes(*arena, b, body+int(tl), int(pl))
 		rec.Payload = (*arena)[start:len(*arena):len(*arena)]
 	}
 	if mem.Load64(b, o+rl.SBegin) != seq {
+		if arena != nil && pl != 0 {
+			*arena = (*arena)[:start] // the copy is torn: drop it
+		}
 		return Record{}, readLapped
 	}
 	rec.Seq = seq
@@ -760,7 +765,8 @@ func (c *Cursor) next(limit uint64, arena *[]byte) (Record, bool) {
 // Read returns up to max records (all that are readable now when max <= 0),
 // oldest first, or nil when there are none or after Close. It never
 // blocks; with max <= 0 it stops at the head it saw on entry. The payloads
-// of one call share one allocation, each slice capped at its own length.
+// of one call share one allocation, each slice capped at its own length
+// (keeping one keeps the whole allocation: copy a payload you keep long).
 func (c *Cursor) Read(max int) []Record {
 	if c.r.closed() {
 		return nil

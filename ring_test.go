@@ -363,18 +363,21 @@ func TestRingBatchPayloadsAreIsolated(t *testing.T) {
 	c := r.Cursor()
 	g, err := r.Group("g")
 	require.NoError(t, err)
-	for _, p := range []string{"aa", "bb", "cc"} {
+	for _, p := range []string{"", "aa", "bb", "cc"} {
 		_, err := r.Publish("t", []byte(p))
 		require.NoError(t, err)
 	}
 	for name, recs := range map[string][]Record{"Read": c.Read(0), "Claim": g.Claim(0)} {
-		require.Len(t, recs, 3, name)
+		require.Len(t, recs, 4, name)
+		require.NotNil(t, recs[0].Payload, "%s: an empty payload is empty, not nil", name)
+		require.Empty(t, recs[0].Payload, name)
+		recs = recs[1:]
 		recs[0].Payload = append(recs[0].Payload, 'X')
 		assert.Equal(t, "aaX", string(recs[0].Payload), name)
 		assert.Equal(t, "bb", string(recs[1].Payload), name)
 		assert.Equal(t, "cc", string(recs[2].Payload), name)
-		assert.Equal(t, []uint64{1, 2, 3}, []uint64{recs[0].Seq, recs[1].Seq, recs[2].Seq}, name)
+		assert.Equal(t, []uint64{2, 3, 4}, []uint64{recs[0].Seq, recs[1].Seq, recs[2].Seq}, name)
 	}
-	assert.Equal(t, uint64(3), g.Stats().Delivered)
-	assert.Equal(t, uint64(3), g.Stats().Mine)
+	assert.Equal(t, uint64(4), g.Stats().Delivered)
+	assert.Equal(t, uint64(4), g.Stats().Mine)
 }

@@ -4,13 +4,16 @@
 // lock over by a compare-and-swap to its own token: a recoverer that dies in
 // turn leaves a lock the next waiter can prove dead too.
 //
-// A second word, HeirOff bytes after the lock word, names the one waiter
-// that has waited longer than StarveAfter: while it is set, no other
-// process takes the free lock, so a process that keeps losing the race to
-// busier ones gets the lock next (the idea of sync.Mutex's starvation
-// mode). The heir word is advisory: an heir that dies is cleared by the
-// next waiter to prove it dead, and a waiter that has deferred to an heir
-// for HeirPatience stops deferring.
+// A second word, HeirOff bytes after the lock word, names the process of
+// the one waiter that has waited longer than StarveAfter behind another
+// process: while it is set, no other waiter (of any process, its own
+// included) takes the free lock, so a process that keeps losing the race
+// to busier ones gets the lock next (the idea of sync.Mutex's starvation
+// mode, across processes). Waiting behind its own process makes no heir:
+// fairness among one process's goroutines is left to chance, as before,
+// and costs nothing. The heir word is advisory: an heir that dies is
+// cleared by the next waiter to prove it dead, and a waiter that has
+// deferred to an heir for HeirPatience stops deferring.
 package rlock
 
 import (
@@ -81,7 +84,7 @@ func acquireSlow(b []byte, off int, self proc.Token) bool {
 			w.start, w.nextCheck = now, now.Add(CheckAfter)
 		}
 		waited := now.Sub(w.start)
-		if !w.heir && waited >= StarveAfter {
+		if !w.heir && waited >= StarveAfter && owner != uint64(self) {
 			w.heir = mem.CAS64(b, off+HeirOff, 0, uint64(self))
 		}
 		if now.After(w.nextCheck) {
@@ -95,25 +98,31 @@ func acquireSlow(b []byte, off int, self proc.Token) bool {
 		// Yield rather than sleep for a while: a Go sleep lasts tens of
 		// microseconds at least, a hundred times a critical section, so
 		// sleeping at the first collision made two busy writer processes
-		// run at a fraction of one. The heir never sleeps: the lock is
-		// kept for it, and it must be there when it is freed.
-		if waited < SpinFor || w.heir {
+		// run at a fraction of one. The heir sleeps at most heirSleep at
+		// a time: the lock is kept for it, so its sleep is everyone's.
+		if waited < SpinFor {
 			runtime.Gosched()
 			continue
 		}
-		time.Sleep(sleep)
+		if w.heir {
+			time.Sleep(min(sleep, heirSleep))
+		} else {
+			time.Sleep(sleep)
+		}
 		if sleep < time.Millisecond {
 			sleep *= 2
 		}
 	}
 }
 
+// heirSleep bounds one sleep of the heir: a free lock waits for it.
+const heirSleep = 20 * time.Microsecond
+
 // mayTake reports whether the waiter may take a free lock: it is the heir,
-// there is none, the heir is of its own process, or it has deferred to the
-// heir for HeirPatience.
+// there is none, or it has deferred to the heir for HeirPatience. Another
+// goroutine of the heir's process defers like anyone else.
 func (w *waiter) mayTake(i int) bool {
-	h := mem.Load64(w.b, w.off+HeirOff)
-	if h == 0 || h == uint64(w.self) {
+	if w.heir || mem.Load64(w.b, w.off+HeirOff) == 0 {
 		return true
 	}
 	return i >= 64 && !w.start.IsZero() && time.Since(w.start) >= HeirPatience
@@ -134,13 +143,15 @@ func (w *waiter) clearDeadHeir() {
 	}
 }
 
-// TryAcquire takes the lock if it is free and no other process is its heir,
-// or if its owner is dead (then recovered is true), without waiting.
+// TryAcquire takes the lock if it is free and no waiter is its heir, or if
+// its owner is dead (then recovered is true), without waiting.
 func TryAcquire(b []byte, off int, self proc.Token) (ok, recovered bool) {
 	owner := mem.Load64(b, off)
 	if owner == 0 {
-		if h := mem.Load64(b, off+HeirOff); h != 0 && h != uint64(self) {
-			return false, false
+		if h := mem.Load64(b, off+HeirOff); h != 0 {
+			if proc.Alive(proc.Token(h)) || !mem.CAS64(b, off+HeirOff, h, 0) {
+				return false, false
+			}
 		}
 		return mem.CAS64(b, off, 0, uint64(self)), false
 	}
