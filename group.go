@@ -227,7 +227,7 @@ func (g *Group) Claim(max int) []Record {
 	po := g.goff + rl.GPosition
 	limit := mem.Load64(b, r.off+rl.OffNext)
 	var out []Record
-	var arena []byte
+	var buf payloadBuf
 	for max <= 0 || len(out) < max {
 		pos := mem.Load64(b, po)
 		next := mem.Load64(b, r.off+rl.OffNext)
@@ -251,7 +251,7 @@ func (g *Group) Claim(max int) []Record {
 		if max > 0 {
 			n = min(n, uint64(max-len(out)))
 		}
-		out, arena = g.claimRun(pos, n, out, arena)
+		out = g.claimRun(pos, n, out, &buf)
 	}
 	return out
 }
@@ -264,18 +264,18 @@ const claimBatch = 64
 // claimRun reads the n records from pos, then claims them all with one
 // compare-and-swap of the group's position; if another member moved the
 // position first, the reads are dropped (those records are theirs) and
-// out is returned unchanged. Payloads share arena's allocations.
-func (g *Group) claimRun(pos, n uint64, out []Record, arena []byte) ([]Record, []byte) {
+// out is returned unchanged. Payloads are carved from buf.
+func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record {
 	r := g.r
 	b := r.b
-	have, used := len(out), len(arena)
+	have, mark := len(out), buf.mark()
 	var tally [readSkipped + 1]uint64
 	prev := ""
 	if have > 0 {
 		prev = out[have-1].Topic
 	}
 	for seq := pos; seq < pos+n; seq++ {
-		rec, res := r.readInto(seq, g.topic != "", g.topic, prev, &arena)
+		rec, res := r.readInto(seq, g.topic != "", g.topic, prev, buf)
 		tally[res]++
 		if res == readOK {
 			prev = rec.Topic
@@ -284,7 +284,8 @@ func (g *Group) claimRun(pos, n uint64, out []Record, arena []byte) ([]Record, [
 	}
 	if !mem.CAS64(b, g.goff+rl.GPosition, pos, pos+n) {
 		clear(out[have:])
-		return out[:have], arena[:used]
+		buf.rewind(mark)
+		return out[:have]
 	}
 	for res, field := range [...]int{readOK: rl.GDelivered, readLapped: rl.GLapped, readAbandoned: rl.GAbandoned, readSkipped: rl.GSkipped} {
 		if tally[res] != 0 {
@@ -292,7 +293,7 @@ func (g *Group) claimRun(pos, n uint64, out []Record, arena []byte) ([]Record, [
 		}
 	}
 	g.mine.Add(tally[readOK])
-	return out, arena
+	return out
 }
 
 func (g *Group) checkHole() bool {

@@ -337,14 +337,18 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 		return 0, fmt.Errorf("shmarena: ring %q: %w: next sequence %d", r.name, ErrCorrupt, s)
 	}
 	o := r.slotOff(s)
-	mem.Store64(b, o+rl.SBegin, s) // from here readers of s-slots see it lapped
-	mem.Store64(b, o+rl.SLens, uint64(len(topic))|uint64(len(payload))<<32)
+	// Plain stores (see mem.Put64) up to the commit: the slot is ours
+	// under the lock, readers validate it by begin and end, and stores
+	// become visible in program order. The commit is a full fence, which
+	// wake needs between it and its look at the futex word.
+	mem.Put64(b, o+rl.SBegin, s) // from here readers of s-slots see it lapped
+	mem.Put64(b, o+rl.SLens, uint64(len(topic))|uint64(len(payload))<<32)
 	writeWords(b, o+rl.SBody, topic)
 	writeWords(b, o+rl.SBody+len(topic), payload)
 	if h := publishHook; h != nil {
 		h(s)
 	}
-	mem.Store64(b, o+rl.SEnd, s)
+	mem.Put64(b, o+rl.SEnd, s)
 	mem.Store64(b, r.off+rl.OffNext, s+1) // commit
 	rlock.Release(b, lock)
 	r.wake()
@@ -362,7 +366,7 @@ func writeWords[S ~string | ~[]byte](b []byte, off int, s S) {
 	}
 	for ; i+8 <= n; i += 8 {
 		w := s[i : i+8]
-		mem.Store64(b, off+i, uint64(w[0])|uint64(w[1])<<8|uint64(w[2])<<16|uint64(w[3])<<24|
+		mem.Put64(b, off+i, uint64(w[0])|uint64(w[1])<<8|uint64(w[2])<<16|uint64(w[3])<<24|
 			uint64(w[4])<<32|uint64(w[5])<<40|uint64(w[6])<<48|uint64(w[7])<<56)
 	}
 	if i < n {
@@ -486,12 +490,10 @@ const (
 // readInto copies the record at seq, which must be below the ring's next
 // sequence. bound says whether only records of topic are wanted; prev is
 // a topic string to reuse when equal, to save an allocation. Every length
-// taken from the slot is checked before use. The payload is appended to
-// *arena when arena is not nil, so a batch of records shares one
-// allocation, and is allocated alone otherwise. The payload's capacity
-// ends at its length: appending to one record's payload copies it rather
-// than overwriting the next record's.
-func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, arena *[]byte) (Record, readResult) {
+// taken from the slot is checked before use. The payload is carved from
+// buf when buf is not nil, so a batch of records shares a few allocations,
+// and is allocated alone otherwise; it is never nil, even when empty.
+func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, buf *payloadBuf) (Record, readResult) {
 	if seq == 0 {
 		return Record{}, readAbandoned
 	}
@@ -535,23 +537,54 @@ func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, arena *[]byt
 	case tl > 0:
 		rec.Topic = string(mem.AppendBytes(nil, b, body, int(tl)))
 	}
-	start := 0
-	switch {
-	case arena == nil || pl == 0: // never nil, even when empty
-		rec.Payload = mem.AppendBytes(make([]byte, 0, int(pl)), b, body+int(tl), int(pl))
-	default:
-		start = len(*arena)
-		*arena = mem.AppendBytes(*arena, b, body+int(tl), int(pl))
-		rec.Payload = (*arena)[start:len(*arena):len(*arena)]
+	var dst []byte
+	if buf == nil || pl == 0 {
+		dst = make([]byte, 0, int(pl))
+	} else {
+		dst = buf.take(int(pl))
 	}
+	rec.Payload = mem.AppendBytes(dst, b, body+int(tl), int(pl))
 	if mem.Load64(b, o+rl.SBegin) != seq {
-		if arena != nil && pl != 0 {
-			*arena = (*arena)[:start] // the copy is torn: drop it
-		}
+		buf.undo(dst)
 		return Record{}, readLapped
 	}
 	rec.Seq = seq
 	return rec, readOK
+}
+
+// payloadBuf carves the payloads of a batch of records from chunks of
+// payloadChunk bytes, so a Read or Claim of many small records costs one
+// allocation per chunk rather than one per record, and never copies a
+// payload already handed out (a chunk is not grown, a new one is started).
+type payloadBuf struct{ chunk []byte }
+
+const payloadChunk = 8 << 10
+
+// take returns an empty slice with capacity n, its capacity ending there,
+// so appending to one payload never writes into the next.
+func (p *payloadBuf) take(n int) []byte {
+	if cap(p.chunk)-len(p.chunk) < n {
+		p.chunk = make([]byte, 0, max(n, payloadChunk))
+	}
+	start := len(p.chunk)
+	p.chunk = p.chunk[:start+n]
+	return p.chunk[start:start:start+n]
+}
+
+// mark and rewind return the chunk to an earlier state when nothing taken
+// since is kept (a lost claim); a newer chunk is simply dropped.
+func (p *payloadBuf) mark() (chunk []byte) { return p.chunk }
+
+func (p *payloadBuf) rewind(chunk []byte) { p.chunk = chunk }
+
+// undo gives back the last slice taken, if it is still the last (nil-safe).
+func (p *payloadBuf) undo(last []byte) {
+	if p == nil || cap(last) == 0 {
+		return
+	}
+	if n := len(p.chunk) - cap(last); n >= 0 && &p.chunk[:n+1][n] == &last[:1][0] {
+		p.chunk = p.chunk[:n]
+	}
 }
 
 // holeWatch follows the publish lock from one reader's point of view, to
@@ -725,9 +758,9 @@ func (c *Cursor) Next() (Record, bool) {
 	return c.next(0, nil)
 }
 
-// next reads the record at the cursor's position, its payload appended to
-// *arena when arena is not nil (see readInto).
-func (c *Cursor) next(limit uint64, arena *[]byte) (Record, bool) {
+// next reads the record at the cursor's position, its payload carved from
+// buf when buf is not nil (see readInto).
+func (c *Cursor) next(limit uint64, buf *payloadBuf) (Record, bool) {
 	r := c.r
 	repaired := false
 	for {
@@ -746,7 +779,7 @@ func (c *Cursor) next(limit uint64, arena *[]byte) (Record, bool) {
 			c.st.Lapped += next - r.slots - c.pos
 			c.pos = next - r.slots
 		}
-		rec, res := r.readInto(c.pos, false, "", c.top, arena)
+		rec, res := r.readInto(c.pos, false, "", c.top, buf)
 		c.pos++
 		c.st.Position = c.pos
 		switch res {
@@ -775,9 +808,9 @@ func (c *Cursor) Read(max int) []Record {
 	defer c.mu.Unlock()
 	limit := mem.Load64(c.r.b, c.r.off+rl.OffNext)
 	var out []Record
-	var arena []byte
+	var buf payloadBuf
 	for max <= 0 || len(out) < max {
-		rec, ok := c.next(limit, &arena)
+		rec, ok := c.next(limit, &buf)
 		if !ok {
 			break
 		}
