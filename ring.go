@@ -568,7 +568,7 @@ func (p *payloadBuf) take(n int) []byte {
 	}
 	start := len(p.chunk)
 	p.chunk = p.chunk[:start+n]
-	return p.chunk[start:start:start+n]
+	return p.chunk[start : start : start+n]
 }
 
 // mark and rewind return the chunk to an earlier state when nothing taken
