@@ -230,19 +230,6 @@ func (g *Group) Claim(max int) []Record {
 	var buf payloadBuf
 	for max <= 0 || len(out) < max {
 		pos := mem.Load64(b, po)
-		want := uint64(claimBatch)
-		if max > 0 {
-			want = min(want, uint64(max-len(out)))
-		} else {
-			want = min(want, limit-min(pos, limit))
-		}
-		// Committed records are found by their slots' end words, so a
-		// member keeping up with producers does not read the ring's next
-		// sequence, whose cache line every publish writes three times.
-		if n := r.committedRun(pos, want); n > 0 {
-			out = g.claimRun(pos, n, out, &buf)
-			continue
-		}
 		next := mem.Load64(b, r.off+rl.OffNext)
 		if max <= 0 && next > limit {
 			next = limit
@@ -282,10 +269,6 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 	r := g.r
 	b := r.b
 	have, mark := len(out), buf.mark()
-	buf.expect(int(n) * r.maxBody)
-	if out == nil {
-		out = make([]Record, 0, n)
-	}
 	var tally [readSkipped + 1]uint64
 	prev := ""
 	if have > 0 {
@@ -328,8 +311,7 @@ func (g *Group) checkHole() bool {
 func (g *Group) Wait(ctx context.Context) error {
 	r := g.r
 	return r.wait(ctx, func() bool {
-		pos := mem.Load64(r.b, g.goff+rl.GPosition)
-		if r.committedRun(pos, 1) == 1 || pos < mem.Load64(r.b, r.off+rl.OffNext) {
+		if mem.Load64(r.b, g.goff+rl.GPosition) < mem.Load64(r.b, r.off+rl.OffNext) {
 			return true
 		}
 		return g.checkHole()

@@ -558,43 +558,20 @@ func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, buf *payload
 	return rec, readOK
 }
 
-// committedRun counts the records from seq on, at most max, whose slots
-// say they are committed in this lap (end word equal to their sequence). It
-// reads only slots, never the next-sequence word producers keep writing.
-// A lapped, damaged or unwritten slot ends the run; callers fall back to
-// the next sequence for those.
-func (r *Ring) committedRun(seq, max uint64) uint64 {
-	n := uint64(0)
-	for ; n < max && seq+n != 0; n++ {
-		if mem.Load64(r.b, r.slotOff(seq+n)+rl.SEnd) != seq+n {
-			break
-		}
-	}
-	return n
-}
-
 // payloadBuf carves the payloads of a batch of records from chunks of
 // payloadChunk bytes, so a Read or Claim of many small records costs one
 // allocation per chunk rather than one per record, and never copies a
 // payload already handed out (a chunk is not grown, a new one is started).
-type payloadBuf struct {
-	chunk []byte
-	want  int // bytes the caller expects to take: a chunk is no larger
-}
+type payloadBuf struct{ chunk []byte }
 
 const payloadChunk = 8 << 10
-
-// expect says how many bytes the next takes will need at most, so a Claim
-// of one small record does not allocate a whole chunk.
-func (p *payloadBuf) expect(n int) { p.want = n }
 
 // take returns an empty slice with capacity n, its capacity ending there,
 // so appending to one payload never writes into the next.
 func (p *payloadBuf) take(n int) []byte {
 	if cap(p.chunk)-len(p.chunk) < n {
-		p.chunk = make([]byte, 0, max(n, min(payloadChunk, p.want)))
+		p.chunk = make([]byte, 0, max(n, payloadChunk))
 	}
-	p.want -= n
 	start := len(p.chunk)
 	p.chunk = p.chunk[:start+n]
 	return p.chunk[start : start : start+n]
@@ -838,13 +815,6 @@ func (c *Cursor) Read(max int) []Record {
 	limit := mem.Load64(c.r.b, c.r.off+rl.OffNext)
 	var out []Record
 	var buf payloadBuf
-	if ahead := limit - c.pos; limit > c.pos {
-		n := min(ahead, claimBatch)
-		if max > 0 {
-			n = min(n, uint64(max))
-		}
-		buf.expect(int(n) * c.r.maxBody)
-	}
 	for max <= 0 || len(out) < max {
 		rec, ok := c.next(limit, &buf)
 		if !ok {
@@ -865,7 +835,7 @@ func (c *Cursor) Wait(ctx context.Context) error {
 	return c.r.wait(ctx, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.r.committedRun(c.pos, 1) == 1 || c.pos < mem.Load64(c.r.b, c.r.off+rl.OffNext) {
+		if c.pos < mem.Load64(c.r.b, c.r.off+rl.OffNext) {
 			return true
 		}
 		return c.r.checkHole(&c.hw)
