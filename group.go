@@ -269,6 +269,10 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 	r := g.r
 	b := r.b
 	have, mark := len(out), buf.mark()
+	buf.expect(int(n) * r.maxBody)
+	if out == nil {
+		out = make([]Record, 0, n)
+	}
 	var tally [readSkipped + 1]uint64
 	prev := ""
 	if have > 0 {

@@ -355,7 +355,7 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 	// Readers have the next slot's lines in their caches; ask for them
 	// now, so the next publish does not wait on that at its commit fence.
 	o = r.slotOff(s + 1)
-	for l := 0; l < r.slotSize; l += 64 {
+	for l := 0; l < min(r.slotSize, 256); l += 64 { // a header and a small record
 		mem.PrefetchW(b, o+l)
 	}
 	return s, nil
@@ -562,16 +562,28 @@ func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, buf *payload
 // payloadChunk bytes, so a Read or Claim of many small records costs one
 // allocation per chunk rather than one per record, and never copies a
 // payload already handed out (a chunk is not grown, a new one is started).
-type payloadBuf struct{ chunk []byte }
+type payloadBuf struct {
+	chunk []byte
+	want  int // bytes the caller still expects to take; <= 0: unknown
+}
 
 const payloadChunk = 8 << 10
+
+// expect says how many bytes the next takes will need at most, so a Claim
+// of one small record does not allocate a whole chunk.
+func (p *payloadBuf) expect(n int) { p.want = n }
 
 // take returns an empty slice with capacity n, its capacity ending there,
 // so appending to one payload never writes into the next.
 func (p *payloadBuf) take(n int) []byte {
 	if cap(p.chunk)-len(p.chunk) < n {
-		p.chunk = make([]byte, 0, max(n, payloadChunk))
+		size := payloadChunk
+		if p.want > 0 {
+			size = min(size, p.want)
+		}
+		p.chunk = make([]byte, 0, max(n, size))
 	}
+	p.want -= n
 	start := len(p.chunk)
 	p.chunk = p.chunk[:start+n]
 	return p.chunk[start : start : start+n]
@@ -815,6 +827,9 @@ func (c *Cursor) Read(max int) []Record {
 	limit := mem.Load64(c.r.b, c.r.off+rl.OffNext)
 	var out []Record
 	var buf payloadBuf
+	if limit > c.pos && max > 0 && max < claimBatch {
+		buf.expect(max * c.r.maxBody)
+	}
 	for max <= 0 || len(out) < max {
 		rec, ok := c.next(limit, &buf)
 		if !ok {

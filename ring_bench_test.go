@@ -281,3 +281,35 @@ func BenchmarkWakeLatency(b *testing.B) {
 	b.ReportMetric(float64(median), "wake-ns-median")
 	b.ReportMetric(float64(p99), "wake-ns-p99")
 }
+
+// BenchmarkClaim measures the consumer's side alone: Claim of runs of
+// records already published (64-byte payloads), one goroutine, no producer
+// running. ns/op is per record.
+func BenchmarkClaim(b *testing.B) {
+	a, _ := openTestArena(b, 4<<20)
+	r, err := a.Ring("claim", benchShape...)
+	require.NoError(b, err)
+	g, err := r.Group("g")
+	require.NoError(b, err)
+	p := make([]byte, benchRecord)
+	b.ReportAllocs()
+	b.SetBytes(benchRecord)
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("max%d", batch), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; {
+				b.StopTimer()
+				n := min(b.N-i, 2048)
+				for range n {
+					_, err := r.Publish("t", p)
+					require.NoError(b, err)
+				}
+				b.StartTimer()
+				for got := 0; got < n; {
+					got += len(g.Claim(batch))
+				}
+				i += n
+			}
+		})
+	}
+}
