@@ -34,6 +34,7 @@ type Group struct {
 	name  string
 	topic string
 	mine  *atomic.Uint64
+	last  atomic.Pointer[string] // the last topic claimed, reused to save an allocation
 
 	hmu sync.Mutex
 	hw  holeWatch
@@ -274,7 +275,10 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 		out = make([]Record, 0, n)
 	}
 	var tally [readSkipped + 1]uint64
-	prev := ""
+	prev, cached := "", ""
+	if p := g.last.Load(); p != nil {
+		prev, cached = *p, *p
+	}
 	if have > 0 {
 		prev = out[have-1].Topic
 	}
@@ -297,6 +301,10 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 		}
 	}
 	g.mine.Add(tally[readOK])
+	if len(out) > have && out[len(out)-1].Topic != cached {
+		t := out[len(out)-1].Topic
+		g.last.Store(&t)
+	}
 	return out
 }
 

@@ -381,3 +381,25 @@ func TestRingBatchPayloadsAreIsolated(t *testing.T) {
 	assert.Equal(t, uint64(4), g.Stats().Delivered)
 	assert.Equal(t, uint64(4), g.Stats().Mine)
 }
+
+// A group reuses the last topic string it claimed; the topics it returns
+// are still each record's own, across Claims and topic changes.
+func TestGroupTopicsAcrossClaims(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r, err := a.Ring("topics", WithSlots(16), WithSlotSize(64))
+	require.NoError(t, err)
+	g, err := r.Group("g")
+	require.NoError(t, err)
+	want := []string{"x", "y", "y", "", "x"}
+	for _, tp := range want {
+		_, err := r.Publish(tp, []byte("p"))
+		require.NoError(t, err)
+	}
+	var got []string
+	for range want {
+		recs := g.Claim(1)
+		require.Len(t, recs, 1)
+		got = append(got, recs[0].Topic)
+	}
+	assert.Equal(t, want, got)
+}
