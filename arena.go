@@ -240,7 +240,7 @@ func reserveAndMap(fd int, path string, size int64) ([]byte, error) {
 	}
 	b, err := mapping.Map(fd, int(size))
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: map %s: %w", path, err)
+		return nil, fmt.Errorf("shmarena: map %s shared read-write: %w", describePath(path), err)
 	}
 	return b, nil
 }
@@ -310,7 +310,7 @@ func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	}
 	b, err := mapping.Map(fd, int(st.Size))
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: map %s: %w", path, err)
+		return nil, fmt.Errorf("shmarena: map %s shared read-write: %w", describePath(path), err)
 	}
 	if mem.Load64(b, layout.OffMagic) == 0 && cfg.size == st.Size &&
 		st.Uid == uint32(os.Geteuid()) && allZero(b) {
@@ -484,10 +484,20 @@ func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
 	return a, nil
 }
 
+// describePath names an arena's file in errors; arenas reached through a
+// descriptor (OpenFile, OpenMemfd) have no path.
+func describePath(path string) string {
+	if path == "" {
+		return "the arena's file descriptor"
+	}
+	return path
+}
+
 // OpenFile attaches to an arena through an open file, such as one a parent
 // passed in exec.Cmd.ExtraFiles (in the child, os.NewFile(3, "arena")).
-// The arena takes its own duplicate of the descriptor; the caller may close
-// f afterwards. Validation and errors are as for Open.
+// The file must be open for reading and writing (the arena maps it shared,
+// read-write). The arena takes its own duplicate of the descriptor; the
+// caller may close f afterwards. Validation and errors are as for Open.
 func OpenFile(f *os.File, opts ...OpenOption) (*Arena, error) {
 	if f == nil {
 		return nil, fmt.Errorf("shmarena: open: %w: nil file", ErrInvalid)

@@ -26,7 +26,9 @@ var (
 	ErrCorrupt = errors.New("shmarena: corrupt arena data")
 
 	// ErrSymlink means the arena path is a symbolic link, which Open refuses
-	// so that nobody can redirect another process's arena.
+	// so that nobody can redirect another process's arena. Only the last
+	// element is checked (O_NOFOLLOW): directories above it are trusted,
+	// so keep arenas in a directory only their users can write.
 	ErrSymlink = errors.New("shmarena: arena path is a symbolic link")
 
 	// ErrShape means a region exists under the name asked for but with

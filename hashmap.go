@@ -276,8 +276,8 @@ func (m *Map) Capacity() int { return int(m.slots) }
 // MaxPair returns the largest len(key)+len(value) a slot holds, in bytes.
 func (m *Map) MaxPair() int { return m.maxPair }
 
-// Len returns the number of live entries, including lapsed entries not yet
-// collected; 0 after Close. It sums one share per stripe (see counts), so
+// Len returns the number of entries held, counting lapsed ones (TTL past,
+// so Exists reports them absent) until they are collected; 0 after Close. It sums one share per stripe (see counts), so
 // it costs a load per stripe and, under concurrent writes, may be off by
 // the writes in flight.
 func (m *Map) Len() int {

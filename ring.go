@@ -301,7 +301,9 @@ func (r *Ring) slotOff(seq uint64) int {
 // Publish appends a record to the ring under topic ("" for none) and
 // returns its sequence number (the first record of a ring is 1). The
 // payload is copied; it may be empty. When the ring is full the oldest
-// record is overwritten.
+// record is overwritten. A topic may be as long as the slot allows, but a
+// group binds (WithTopic) to at most 64 bytes: records of a longer topic
+// reach cursors and unbound groups only.
 //
 // Errors: ErrTooLarge (counted in Stats().Oversize, nothing published)
 // when len(topic)+len(payload) exceeds the slot size minus 24 bytes;
