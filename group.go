@@ -203,11 +203,12 @@ func (g *Group) Position() uint64 {
 // run with one compare-and-swap, and only the winner returns them (the
 // position is never fetch-and-added, which could skip records for good; a
 // loser drops its copies and tries again from the new position). The
-// payloads of one call share one allocation, each slice capped at its own
-// length, so appending to one never writes into another (and keeping one
-// keeps the whole allocation: copy a payload you keep long). A bound group steps
-// over other topics, counting them as skipped; overwritten records count
-// as lapped, holes and damaged slots as abandoned.
+// payloads of one call are carved from shared 8 KiB blocks, each slice
+// capped at its own length, so appending to one never writes into another
+// (keeping one keeps its block alive: copy a payload you keep long). A
+// bound group steps over other topics, counting them as skipped;
+// overwritten records count as lapped, holes and damaged slots as
+// abandoned.
 //
 // Delivery is at most once. The claim itself moves the shared position,
 // and nothing records which member holds which record: if a member dies,

@@ -818,8 +818,9 @@ func (c *Cursor) next(limit uint64, buf *payloadBuf) (Record, bool) {
 // Read returns up to max records (all that are readable now when max <= 0),
 // oldest first, or nil when there are none or after Close. It never
 // blocks; with max <= 0 it stops at the head it saw on entry. The payloads
-// of one call share one allocation, each slice capped at its own length
-// (keeping one keeps the whole allocation: copy a payload you keep long).
+// of one call are carved from shared 8 KiB blocks, each slice capped at its
+// own length (keeping one keeps its block alive: copy a payload you keep
+// long).
 func (c *Cursor) Read(max int) []Record {
 	if c.r.closed() {
 		return nil
