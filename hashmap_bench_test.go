@@ -7,13 +7,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
 // Benchmarks compare the Map with its in-process floor, a Go map behind a
 // sync.RWMutex doing the same work (the value is copied out), in the same
-// run: compare ns/op of BenchmarkMap/X with BenchmarkRWMutexMap/X.
+// run: compare ns/op of BenchmarkMap/X with BenchmarkRWMutexMap/X, or read
+// the ratio BenchmarkMapVsRWMutex measures with the two interleaved.
 // Shape: 24-byte keys, 64-byte values, a table 75% full.
 
 const (
@@ -240,4 +242,48 @@ func BenchmarkRWMutexMap(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkMapVsRWMutex runs each operation on the Map and on the RWMutex
+// map in alternating blocks of 4096, so both sides meet the same noise of
+// this shared machine, and reports the ratio of their times (map /
+// RWMutex, lower is better) beside each side's ns per operation. The
+// separate BenchmarkMap and BenchmarkRWMutexMap run seconds apart, and
+// their ratio for random reads swung 4x between runs here.
+func BenchmarkMapVsRWMutex(b *testing.B) {
+	m, keys := benchMap(b)
+	r := benchRW(keys)
+	const block = 4096
+	compare := func(name string, mapOp, rwOp func(i int)) {
+		b.Run(name, func(b *testing.B) {
+			var tm, tr time.Duration
+			for n := 0; n < b.N; n += block {
+				k := min(block, b.N-n)
+				t0 := time.Now()
+				for i := n; i < n+k; i++ {
+					mapOp(i)
+				}
+				t1 := time.Now()
+				for i := n; i < n+k; i++ {
+					rwOp(i)
+				}
+				tm, tr = tm+t1.Sub(t0), tr+time.Since(t1)
+			}
+			b.ReportMetric(float64(tm.Nanoseconds())/float64(b.N), "map-ns/op")
+			b.ReportMetric(float64(tr.Nanoseconds())/float64(b.N), "rw-ns/op")
+			b.ReportMetric(float64(tm)/float64(tr), "ratio")
+		})
+	}
+	buf := make([]byte, 0, 128)
+	hit := func(i int) string { return keys[benchOrder[i%benchFill]] }
+	miss := func(i int) string { return keys[benchFill+i%(benchSlots-benchFill)] }
+	compare("AppendLoadHit",
+		func(i int) { buf, _ = m.AppendLoad(buf[:0], hit(i)) },
+		func(i int) { buf, _ = r.appendLoad(buf[:0], hit(i)) })
+	compare("AppendLoadMiss",
+		func(i int) { buf, _ = m.AppendLoad(buf[:0], miss(i)) },
+		func(i int) { buf, _ = r.appendLoad(buf[:0], miss(i)) })
+	compare("Add",
+		func(i int) { _, _ = m.Add(counterKeys[i%16], 1) },
+		func(i int) { r.add(counterKeys[i%16], 1) })
 }
