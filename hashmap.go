@@ -123,8 +123,8 @@ func init() {
 	kinds[KindMap] = kindOps{validate: validateMapRegion, reset: resetMapRegion}
 }
 
-// Map returns the map named name, creating it with the given shape if the
-// arena has no region of that name. Defaults: WithSlots(1024),
+// Map returns the map named name (1 to 48 bytes of UTF-8), creating it with
+// the given shape if the arena has no region of that name. Defaults: WithSlots(1024),
 // WithSlotSize(256), WithStripes(64). Errors: ErrInvalid for an option out
 // of range or a bad name, ErrShape (naming the field) when the region
 // exists with another shape or kind, ErrArenaFull when there is no room,

@@ -32,12 +32,14 @@ type regionConfig struct {
 }
 
 // WithSlots sets the number of slots: entries of a map, records of a ring.
-// Default 1024.
+// Default 1024. A map takes 1 to 2^32-1 slots, a ring 2 to 2^30; outside
+// that, Map or Ring returns ErrInvalid.
 func WithSlots(n int) RegionOption { return func(c *regionConfig) { c.slots = int64(n) } }
 
 // WithSlotSize sets the size of one slot in bytes, header included; it is
 // rounded up to a multiple of 8. Default 256. A map's MaxPair is the slot
-// size minus 32 bytes of slot header.
+// size minus 32 bytes of slot header; a map's slot size is 48 bytes to
+// 16 MiB (see Ring for a ring's range), else ErrInvalid.
 func WithSlotSize(bytes int) RegionOption {
 	return func(c *regionConfig) { c.slotSize = int64(bytes) }
 }
