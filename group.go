@@ -270,7 +270,7 @@ const claimBatch = 64
 func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record {
 	r := g.r
 	b := r.b
-	have, mark := len(out), buf.mark()
+	have, mark := len(out), buf.chunk // restored when the claim is lost: nothing taken since is kept
 	buf.expect(int(n) * r.maxBody)
 	if out == nil {
 		out = make([]Record, 0, n)
@@ -293,7 +293,7 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 	}
 	if !mem.CAS64(b, g.goff+rl.GPosition, pos, pos+n) {
 		clear(out[have:])
-		buf.rewind(mark)
+		buf.chunk = mark
 		return out[:have]
 	}
 	for res, field := range [...]int{readOK: rl.GDelivered, readLapped: rl.GLapped, readAbandoned: rl.GAbandoned, readSkipped: rl.GSkipped} {

@@ -553,8 +553,7 @@ func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, buf *payload
 	}
 	rec.Payload = mem.AppendBytes(dst, b, body+int(tl), int(pl))
 	if mem.Load64(b, o+rl.SBegin) != seq {
-		buf.undo(dst)
-		return Record{}, readLapped
+		return Record{}, readLapped // the torn copy's bytes are left unused
 	}
 	rec.Seq = seq
 	return rec, readOK
@@ -589,22 +588,6 @@ func (p *payloadBuf) take(n int) []byte {
 	start := len(p.chunk)
 	p.chunk = p.chunk[:start+n]
 	return p.chunk[start : start : start+n]
-}
-
-// mark and rewind return the chunk to an earlier state when nothing taken
-// since is kept (a lost claim); a newer chunk is simply dropped.
-func (p *payloadBuf) mark() (chunk []byte) { return p.chunk }
-
-func (p *payloadBuf) rewind(chunk []byte) { p.chunk = chunk }
-
-// undo gives back the last slice taken, if it is still the last (nil-safe).
-func (p *payloadBuf) undo(last []byte) {
-	if p == nil || cap(last) == 0 {
-		return
-	}
-	if n := len(p.chunk) - cap(last); n >= 0 && &p.chunk[:n+1][n] == &last[:1][0] {
-		p.chunk = p.chunk[:n]
-	}
 }
 
 // holeWatch follows the publish lock from one reader's point of view, to
