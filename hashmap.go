@@ -27,15 +27,20 @@ import (
 //	     anything, and only holders of the stripe change them); at 32
 //	     the lock's heir word (see internal/rlock)
 //	...  one tag byte per slot, 64-aligned (see tagOf)
-//	...  slots x slot size, 64-aligned
+//	...  8 bytes of padding past a 64-byte boundary, then slots x slot size
 //
 // A slot:
 //
-//	0  version: seq<<21 | stripe<<1 | 1 while being written, seq<<21 at rest
+//	0  deadline, Unix nanoseconds (0 = none)
 //	8  meta: state | flags<<8 | key length<<16 | value length<<32
 //	16 the key's 64-bit xxhash
-//	24 deadline, Unix nanoseconds (0 = none)
+//	24 version: seq<<21 | stripe<<1 | 1 while being written, seq<<21 at rest
 //	32 data: key then value; for a counter the 8-byte value, then the key
+//
+// The padding puts each slot's version and first data word in one aligned
+// 16-byte pair when the slot size is a multiple of 16: Add changes a
+// counter with one 16-byte compare-and-swap of its version and value (see
+// addInPlace).
 const (
 	mapHeader    = 128
 	stripeStride = 64
@@ -51,11 +56,12 @@ const (
 	mhMaxProbe   = 72
 
 	slotHeader = 32
-	sVersion   = 0
+	sDeadline  = 0
 	sMeta      = 8
 	sHash      = 16
-	sDeadline  = 24
+	sVersion   = 24
 	sData      = 32
+	slotsPad   = 8 // see the layout: puts sVersion on a 16-byte boundary
 
 	stateEmpty     = 0
 	stateTombstone = 1
@@ -210,7 +216,7 @@ func checkMapShape(slots, slotSize, stripes int64) error {
 }
 
 func mapLength(slots, slotSize, stripes int64) int64 {
-	return tagsOffset(stripes) + layout.Align(slots) + slots*slotSize
+	return tagsOffset(stripes) + layout.Align(slots) + slotsPad + slots*slotSize
 }
 
 func tagsOffset(stripes int64) int64 { return mapHeader + layout.Align(stripes*stripeStride) }
@@ -223,7 +229,7 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		mem:      a.mem,
 		base:     int(e.Offset),
 		tagBase:  int(e.Offset) + int(tagsOffset(int64(stripes))),
-		slotBase: int(e.Offset) + int(tagsOffset(int64(stripes))+layout.Align(int64(slots))),
+		slotBase: int(e.Offset) + int(tagsOffset(int64(stripes))+layout.Align(int64(slots))) + slotsPad,
 		slots:    slots,
 		slotSize: slotSize,
 		stripes:  stripes,
@@ -922,11 +928,13 @@ func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
 
 func (m *Map) begun(ver, s uint64) uint64 { return (ver>>seqShift+1)<<seqShift | s<<1 | 1 }
 
-// begin marks a slot the stripe holder owns as being written.
+// begin marks a slot the stripe holder owns as being written. The version
+// is exchanged, a full barrier in every build: it orders the intent before
+// it, and a pin's read of the counter after it (see pin).
 func (m *Map) begin(s uint64, v view) {
 	i := uint64(v.off-m.slotBase) / uint64(m.slotSize)
-	mem.Put64(m.mem, m.lockOff(s)+8, i+1) // the version exchange below orders it
-	mem.Store64(m.mem, v.off+sVersion, m.begun(v.ver, s))
+	mem.Put64(m.mem, m.lockOff(s)+8, i+1)
+	mem.Swap64(m.mem, v.off+sVersion, m.begun(v.ver, s))
 }
 
 // end publishes a slot and clears the stripe's intent.
@@ -1007,6 +1015,10 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 // crashHook, when set by a test, is called inside the critical sections
 // named by point, so a test can kill the process there.
 var crashHook func(point string)
+
+// lockedAddsForTest, set by a test, sends every Add through the stripe
+// lock, so a test can kill an adder holding it.
+var lockedAddsForTest bool
 
 func crashPoint(point string) {
 	if crashHook != nil {
@@ -1134,6 +1146,7 @@ func (m *Map) loadAndDelete(key string, load bool) (value []byte, loaded bool) {
 		return nil, false
 	}
 	if load {
+		m.pin(s, v)
 		value = m.appendValue([]byte{}, v.off, v.meta)
 	}
 	m.remove(s, v)
@@ -1175,11 +1188,16 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 		return nil, false, ErrClosed
 	}
 	defer m.unlock(s)
-	v, found := m.find(key, h)
-	if found && !lapsed(v.deadline) {
+	v, free, found := m.locate(key, h, s)
+	live := found && !lapsed(v.deadline)
+	if live {
+		m.pin(s, v) // put begins the same slot again: a no-op
 		previous, loaded = m.appendValue([]byte{}, v.off, v.meta), true
+	} else if found {
+		m.stat(mhExpired)
 	}
-	if err := m.storeLocked(s, key, h, value, writeOpts(opts)); err != nil {
+	e := entry{key: key, h: h, val: value, deadline: deadlineFor(writeOpts(opts), v, live)}
+	if err := m.put(s, &e, v, free, found); err != nil {
 		return nil, false, err
 	}
 	return previous, loaded, nil
@@ -1201,7 +1219,7 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
-	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) {
+	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) || !m.pinEqual(s, v, old) {
 		return false, nil
 	}
 	m.begin(s, v)
@@ -1224,10 +1242,39 @@ func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
 	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
-	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) {
+	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) || !m.pinEqual(s, v, old) {
 		return false
 	}
 	m.remove(s, v)
+	return true
+}
+
+// pin begins the slot of v, found holding stripe s, when it is a counter
+// that lock-free adders may change (see addInPlace): a write decided by a
+// counter's value must read the value after shutting them out, and only an
+// odd version does. begin's exchange is a full barrier, so a value read
+// after it holds every add that landed and no add lands later. The write
+// that follows begins the slot again, which stores the same version and
+// intent, and ends it.
+func (m *Map) pin(s uint64, v view) {
+	if mem.HasCAS128 && metaFlags(v.meta)&flagCounter != 0 {
+		m.begin(s, v)
+	}
+}
+
+// pinEqual pins v and reports whether its value still equals b; when not,
+// it ends the slot unchanged. A value that is no counter cannot change
+// under the stripe lock, so it is not read again.
+func (m *Map) pinEqual(s uint64, v view, b []byte) bool {
+	if !mem.HasCAS128 || metaFlags(v.meta)&flagCounter == 0 {
+		return true
+	}
+	m.begin(s, v)
+	if !m.valueEqual(v, b) {
+		m.end(v.off)
+		m.clearIntent(s)
+		return false
+	}
 	return true
 }
 
@@ -1248,9 +1295,15 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 // (WithTTL sets its deadline); a live counter keeps its deadline, so a
 // fixed-window rate limit needs no reset. Errors: ErrNotCounter (the key
 // holds another value, left as it was), ErrEncoded (typed map), ErrFull,
-// ErrEmptyKey, ErrTooLarge, ErrClosed. Counters are Redis INCRBY's
-// counterpart: one atomic add under the key's stripe lock, so an Add never
-// lands on a slot that was deleted and reused meanwhile.
+// ErrEmptyKey, ErrTooLarge, ErrClosed.
+//
+// Counters are Redis INCRBY's counterpart. On amd64 with slot sizes a
+// multiple of 16 bytes, an Add to a live counter takes no lock: it swaps
+// the slot's version and value together in one 16-byte compare-and-swap,
+// so it never lands on a slot that was deleted and reused meanwhile (the
+// reuse changed the version). Elsewhere, and to create a counter, Add
+// takes the key's stripe lock. An Add racing with Close either takes
+// effect in the file or returns ErrClosed.
 func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 	if err := m.check(key, 8); err != nil {
 		return 0, err
@@ -1259,6 +1312,11 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 		return 0, fmt.Errorf("shmarena: map %q: %w", m.name, ErrEncoded)
 	}
 	h := hashKey(key)
+	if !lockedAddsForTest {
+		if n, err, done := m.addInPlace(key, h, delta); done {
+			return n, err
+		}
+	}
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return 0, ErrClosed
@@ -1270,11 +1328,9 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 			return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter)
 		}
 		crashPoint("add")
-		// Only holders of the stripe change a counter, so no locked add
-		// is needed: readers load the word atomically either way.
-		n := mem.Load64(m.mem, v.off+sData) + uint64(delta)
-		mem.Put64(m.mem, v.off+sData, n)
-		return int64(n), nil
+		// An atomic add: lock-free adders (addInPlace) may race with it,
+		// but holding the stripe keeps the slot this key's.
+		return int64(mem.Add64(m.mem, v.off+sData, uint64(delta))), nil
 	}
 	if found {
 		m.stat(mhExpired)
@@ -1285,6 +1341,46 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 	}
 	return delta, nil
 }
+
+// addInPlace adds delta to key's live counter without the stripe lock, and
+// reports done false when the caller must take the locked path: the key is
+// absent, lapsed or busy, the CPU lacks CAS128, the slot is not 16-aligned,
+// or the counter kept changing under it. It reads the slot as any reader
+// does, then swaps the slot's version and value as one 16-byte word, so
+// the add lands only if no writer began the slot since the read: every
+// change to a slot (a delete, an overwrite, a reuse by another key, a
+// repair) moves its version on, and a holder of the stripe that writes
+// according to a counter's value pins the slot first (see pin). After
+// Close the mapping is private zeros, where no live version can match, so
+// the swap fails and the locked path reports ErrClosed. done with a nil
+// error is an add that took effect in the file.
+func (m *Map) addInPlace(key string, h uint64, delta int64) (n int64, err error, done bool) {
+	if !mem.HasCAS128 {
+		return 0, nil, false
+	}
+	v, _, found := m.readKey(key, h, nil, false)
+	switch {
+	case !found || (v.off+sVersion)&15 != 0:
+		return 0, nil, false
+	case metaFlags(v.meta)&flagCounter == 0:
+		return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter), true
+	}
+	crashPoint("add-in-place")
+	for range addRetries {
+		old := mem.Load64(m.mem, v.off+sData)
+		if mem.CAS128(m.mem, v.off+sVersion, v.ver, old, v.ver, old+uint64(delta)) {
+			return int64(old + uint64(delta)), nil, true
+		}
+		if mem.Load64(m.mem, v.off+sVersion) != v.ver {
+			return 0, nil, false // a writer began the slot: look again, locked
+		}
+	}
+	return 0, nil, false
+}
+
+// addRetries bounds addInPlace's attempts against other adders of the same
+// counter before it queues on the stripe lock instead.
+const addRetries = 16
 
 // Counter returns the counter at key and true, or 0 and false when the key
 // is absent, lapsed, holds another kind of value, or the map is typed.

@@ -39,7 +39,9 @@ func WithSlots(n int) RegionOption { return func(c *regionConfig) { c.slots = in
 // WithSlotSize sets the size of one slot in bytes, header included; it is
 // rounded up to a multiple of 8. Default 256. A map's MaxPair is the slot
 // size minus 32 bytes of slot header; a map's slot size is 48 bytes to
-// 16 MiB (see Ring for a ring's range), else ErrInvalid.
+// 16 MiB (see Ring for a ring's range), else ErrInvalid. Keep a map's slot
+// size a multiple of 16 bytes: only then can Map.Add skip the stripe lock
+// on every slot (see Map.Add).
 func WithSlotSize(bytes int) RegionOption {
 	return func(c *regionConfig) { c.slotSize = int64(bytes) }
 }

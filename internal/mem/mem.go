@@ -31,6 +31,11 @@ func Load64(b []byte, off int) uint64 { return atomic.LoadUint64(p64(b, off)) }
 // Store64 atomically stores v at off.
 func Store64(b []byte, off int, v uint64) { atomic.StoreUint64(p64(b, off), v) }
 
+// Swap64 atomically stores v at off and returns the old value. Unlike
+// Store64 it is a full barrier in every build: the race runtime's atomic
+// store is a release store, which a later load may pass.
+func Swap64(b []byte, off int, v uint64) uint64 { return atomic.SwapUint64(p64(b, off), v) }
+
 // CAS64 atomically compares and swaps the word at off.
 func CAS64(b []byte, off int, old, new uint64) bool {
 	return atomic.CompareAndSwapUint64(p64(b, off), old, new)

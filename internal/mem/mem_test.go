@@ -2,7 +2,9 @@ package mem
 
 import (
 	"bytes"
+	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -49,4 +51,47 @@ func TestAtomicVariants(t *testing.T) {
 			require.Equal(t, bytes.Repeat([]byte{0xAA}, 64-off-n), b[off+n:])
 		}
 	}
+}
+
+func TestCAS128(t *testing.T) {
+	if !HasCAS128 {
+		t.Skip("no 16-byte compare-and-swap on this CPU or architecture")
+	}
+	b := make([]byte, 64)
+	off := 16 - int(uintptr(unsafe.Pointer(&b[0]))&15) // 16-aligned in memory
+	Store64(b, off, 7)
+	Store64(b, off+8, 9)
+	require.False(t, CAS128(b, off, 7, 8, 1, 2), "second word differs")
+	require.False(t, CAS128(b, off, 6, 9, 1, 2), "first word differs")
+	require.Equal(t, []uint64{7, 9}, []uint64{Load64(b, off), Load64(b, off+8)}, "a failed swap stores nothing")
+	require.True(t, CAS128(b, off, 7, 9, 1, 2))
+	require.Equal(t, []uint64{1, 2}, []uint64{Load64(b, off), Load64(b, off+8)})
+	require.Panics(t, func() { CAS128(b, off+8, 1, 2, 3, 4) }, "misaligned")
+}
+
+func TestCAS128Concurrent(t *testing.T) {
+	if !HasCAS128 {
+		t.Skip("no 16-byte compare-and-swap on this CPU or architecture")
+	}
+	b := make([]byte, 64)
+	off := 16 - int(uintptr(unsafe.Pointer(&b[0]))&15)
+	const workers, each = 4, 20000
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				for {
+					lo, hi := Load64(b, off), Load64(b, off+8)
+					if CAS128(b, off, lo, hi, lo+1, hi+2) {
+						break
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, uint64(workers*each), Load64(b, off))
+	require.Equal(t, uint64(2*workers*each), Load64(b, off+8), "the two words moved together")
 }
