@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/stretchr/testify/require"
 )
 
@@ -86,4 +87,62 @@ func TestAddRacesWithValueDecidingWrites(t *testing.T) {
 			require.Equal(t, added.Load(), taken+left, "Adds lost or counted twice")
 		})
 	}
+}
+
+// A hint (see hintEntries) is only a guess: one that names another key's
+// slot, a tombstone or no slot at all must leave Add exactly as correct.
+func TestAddStaleHints(t *testing.T) {
+	if !mem.HasCAS128 {
+		t.Skip("Add always takes the stripe lock here, and uses no hints")
+	}
+	m := testMap(t, WithSlots(64))
+	n, err := m.Add("a", 1) // creates, under the lock
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	n, err = m.Add("a", 0) // finds it, and leaves a hint
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	ha, hb := hashKey("a"), hashKey("b")
+	slotOf := func(key string) uint64 {
+		v, _, ok := m.readKey(key, hashKey(key), nil, false)
+		require.True(t, ok, key)
+		return uint64(v.off-m.slotBase) / uint64(m.slotSize)
+	}
+	require.Equal(t, hintOf(ha, slotOf("a")), m.counterHints[hintIndex(ha)].Load(), "Add left no hint")
+
+	// The key deleted: its hint names a tombstone.
+	require.True(t, m.Delete("a"))
+	n, err = m.Add("a", 5)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n, "a deleted counter restarts")
+
+	// The hint names another key's slot, a counter too.
+	_, err = m.Add("b", 100)
+	require.NoError(t, err)
+	m.counterHints[hintIndex(ha)].Store(hintOf(ha, slotOf("b")))
+	n, err = m.Add("a", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), n)
+	c, _ := m.Counter("b")
+	require.Equal(t, int64(100), c, "Add through a stale hint changed another key")
+
+	// A hint whose hash bits match but whose slot is out of range, and one
+	// for another hash.
+	m.counterHints[hintIndex(ha)].Store(hintOf(ha, m.slots+5))
+	n, err = m.Add("a", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(7), n)
+	m.counterHints[hintIndex(ha)].Store(hintOf(hb, slotOf("b")))
+	n, err = m.Add("a", 1)
+	require.NoError(t, err)
+	require.Equal(t, int64(8), n)
+	c, _ = m.Counter("b")
+	require.Equal(t, int64(100), c)
+
+	// A key that became a plain value is refused, not added to.
+	require.NoError(t, m.Store("a", []byte("plain")))
+	_, err = m.Add("a", 1)
+	require.ErrorIs(t, err, ErrNotCounter)
+	v, _ := m.Load("a")
+	require.Equal(t, "plain", string(v))
 }

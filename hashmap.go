@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -112,6 +113,10 @@ type Map struct {
 	stripes  uint64
 	maxPair  int
 	encoded  bool
+
+	// counterHints remember, in this process only, where Add last found
+	// a counter away from its home slot (see counterHint).
+	counterHints *[hintEntries]atomic.Uint64
 }
 
 // MapStats are a map's shared counters, the same in every process.
@@ -235,6 +240,8 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		stripes:  stripes,
 		maxPair:  slotSize - slotHeader,
 		encoded:  e.Params[3] != 0,
+
+		counterHints: new([hintEntries]atomic.Uint64),
 	}
 }
 
@@ -524,7 +531,7 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 			st := metaState(meta)
 			isKey := st == stateLive && mem.Load64(m.mem, off+sHash) == h &&
 				metaKeyLen(meta) == len(key) && m.valid(meta) &&
-				mem.Equal(m.mem, keyOff(off, meta), key)
+				mem.EqualString(m.mem, keyOff(off, meta), key)
 			if !isKey {
 				if mem.Load64(m.mem, off+sVersion) != ver {
 					continue
@@ -803,7 +810,7 @@ func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found b
 			st := metaState(meta)
 			isKey := st == stateLive && mem.Load64(m.mem, off+sHash) == h &&
 				metaKeyLen(meta) == len(key) && m.valid(meta) &&
-				mem.Equal(m.mem, keyOff(off, meta), key)
+				mem.EqualString(m.mem, keyOff(off, meta), key)
 			deadline := int64(mem.Load64(m.mem, off+sDeadline))
 			if mem.Load64(m.mem, off+sVersion) != ver {
 				continue
@@ -854,7 +861,7 @@ func (m *Map) seek(key string, h uint64) (view, bool) {
 			meta := mem.Load64(m.mem, off+sMeta)
 			isKey := metaState(meta) == stateLive && mem.Load64(m.mem, off+sHash) == h &&
 				metaKeyLen(meta) == len(key) && m.valid(meta) &&
-				mem.Equal(m.mem, keyOff(off, meta), key)
+				mem.EqualString(m.mem, keyOff(off, meta), key)
 			deadline := int64(mem.Load64(m.mem, off+sDeadline))
 			if mem.Load64(m.mem, off+sVersion) != ver {
 				continue
@@ -1358,12 +1365,19 @@ func (m *Map) addInPlace(key string, h uint64, delta int64) (n int64, err error,
 	if !mem.HasCAS128 {
 		return 0, nil, false
 	}
-	v, _, found := m.readKey(key, h, nil, false)
-	switch {
-	case !found || (v.off+sVersion)&15 != 0:
+	v, found := m.hintedKey(key, h)
+	if !found || metaFlags(v.meta)&flagCounter == 0 {
+		v, _, found = m.readKey(key, h, nil, false)
+		switch {
+		case !found:
+			return 0, nil, false
+		case metaFlags(v.meta)&flagCounter == 0:
+			return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter), true
+		}
+		m.noteHint(h, v.off)
+	}
+	if (v.off+sVersion)&15 != 0 {
 		return 0, nil, false
-	case metaFlags(v.meta)&flagCounter == 0:
-		return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter), true
 	}
 	crashPoint("add-in-place")
 	for range addRetries {
@@ -1376,6 +1390,55 @@ func (m *Map) addInPlace(key string, h uint64, delta int64) (n int64, err error,
 		}
 	}
 	return 0, nil, false
+}
+
+// Counters are hot keys (a rate limit is hit on every request), and a
+// counter created in a table already full is often many slots from its
+// home, each skipped by its tag at a cost. So Add remembers where it found
+// a counter, in a small process-local table indexed by hash, and looks
+// there first, skipping the probe. A hint is only a guess, checked as any
+// read is: a key lives in at most one live slot at a time, so a
+// consistent read that finds it at the hinted slot has found it, and a
+// stale hint (the key deleted, the slot reused) costs one slot read.
+// Hints are written only when they change, so a steady set of hot
+// counters writes none.
+const hintEntries = 1024
+
+func hintIndex(h uint64) uint64 { return h >> 40 & (hintEntries - 1) }
+
+// A hint holds the hash's low 32 bits over the slot index + 1.
+func hintOf(h uint64, i uint64) uint64 { return h<<32 | (i + 1) }
+
+// noteHint records that key h was found at off.
+func (m *Map) noteHint(h uint64, off int) {
+	i := uint64(off-m.slotBase) / uint64(m.slotSize)
+	if e := &m.counterHints[hintIndex(h)]; e.Load() != hintOf(h, i) {
+		e.Store(hintOf(h, i))
+	}
+}
+
+// hintedKey reads the slot a hint names for key h, and reports whether it
+// holds key, live and not lapsed. The read is not closed by a second load
+// of the version: the caller's compare-and-swap of the version does that,
+// and it must not act on the view otherwise.
+func (m *Map) hintedKey(key string, h uint64) (view, bool) {
+	e := m.counterHints[hintIndex(h)].Load()
+	i := e&(1<<32-1) - 1
+	if e>>32 != h&(1<<32-1) || i >= m.slots {
+		return view{}, false
+	}
+	off := m.slotOff(i)
+	ver := mem.Load64(m.mem, off+sVersion)
+	meta := mem.Load64(m.mem, off+sMeta)
+	if ver&1 != 0 || metaState(meta) != stateLive || mem.Load64(m.mem, off+sHash) != h ||
+		metaKeyLen(meta) != len(key) || !m.valid(meta) || !mem.EqualString(m.mem, keyOff(off, meta), key) {
+		return view{}, false
+	}
+	deadline := int64(mem.Load64(m.mem, off+sDeadline))
+	if lapsed(deadline) {
+		return view{}, false
+	}
+	return view{off: off, ver: ver, meta: meta, deadline: deadline}, true
 }
 
 // addRetries bounds addInPlace's attempts against other adders of the same

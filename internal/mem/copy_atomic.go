@@ -6,6 +6,8 @@ func appendBytes(dst, b []byte, off, n int) []byte { return atomicAppendBytes(ds
 
 func equal[S ~string | ~[]byte](b []byte, off int, s S) bool { return atomicEqual(b, off, s) }
 
+func equalString(b []byte, off int, s string) bool { return atomicEqual(b, off, s) }
+
 func write[S ~string | ~[]byte](b []byte, off int, s S) { atomicWrite(b, off, s) }
 
 // Put64 stores v at off (an atomic store in these builds).

@@ -2,10 +2,31 @@
 
 package mem
 
+import "unsafe"
+
 func appendBytes(dst, b []byte, off, n int) []byte { return append(dst, b[off:off+n]...) }
 
 func equal[S ~string | ~[]byte](b []byte, off int, s S) bool {
 	return string(b[off:off+len(s)]) == string(s)
+}
+
+// equalString compares keys of 8 to 32 bytes (most keys) a word at a time
+// inline, the last word overlapping the one before, rather than calling
+// the runtime's memequal: a hit's key check is on every lookup.
+func equalString(b []byte, off int, s string) bool {
+	n := len(s)
+	p := b[off : off+n]
+	if n < 8 || n > 32 {
+		return string(p) == s
+	}
+	pb, ps := unsafe.Pointer(unsafe.SliceData(p)), unsafe.Pointer(unsafe.StringData(s))
+	last := uintptr(n - 8)
+	for i := uintptr(0); i < last; i += 8 {
+		if *(*uint64)(unsafe.Add(pb, i)) != *(*uint64)(unsafe.Add(ps, i)) {
+			return false
+		}
+	}
+	return *(*uint64)(unsafe.Add(pb, last)) == *(*uint64)(unsafe.Add(ps, last))
 }
 
 func write[S ~string | ~[]byte](b []byte, off int, s S) { copy(b[off:off+len(s)], s) }

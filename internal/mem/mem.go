@@ -75,6 +75,10 @@ func AppendBytes(dst, b []byte, off, n int) []byte { return appendBytes(dst, b, 
 // for how they are read).
 func Equal[S ~string | ~[]byte](b []byte, off int, s S) bool { return equal(b, off, s) }
 
+// EqualString is Equal for a string, faster for the 8 to 32 bytes of most
+// keys.
+func EqualString(b []byte, off int, s string) bool { return equalString(b, off, s) }
+
 // Write stores s at off, preserving the bytes of the first and last words
 // that lie outside [off, off+len(s)). The caller must be the only writer of
 // those words (see AppendBytes for how they are written).

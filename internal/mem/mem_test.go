@@ -20,6 +20,13 @@ func TestWriteAppendEqual(t *testing.T) {
 			Write(b, off, src)
 			require.Equal(t, src, AppendBytes([]byte{}, b, off, n), "off %d n %d", off, n)
 			require.True(t, Equal(b, off, string(src)))
+			require.True(t, EqualString(b, off, string(src)))
+			for i := range src { // a difference at each byte is seen
+				diff := []byte(string(src))
+				diff[i] ^= 0x40
+				require.False(t, EqualString(b, off, string(diff)), "off %d n %d byte %d", off, n, i)
+				require.False(t, Equal(b, off, string(diff)), "off %d n %d byte %d", off, n, i)
+			}
 			if n > 0 {
 				src[n-1] ^= 0xff
 				require.False(t, Equal(b, off, src))
