@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"encoding/binary"
 	"fmt"
 	"iter"
 	"math"
@@ -1256,25 +1257,40 @@ func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
 	return true
 }
 
-// pin begins the slot of v, found holding stripe s, when it is a counter
-// that lock-free adders may change (see addInPlace): a write decided by a
+// pin begins the slot of v, found holding stripe s, when it is a counter,
+// which lock-free adders may change (see addInPlace): a write decided by a
 // counter's value must read the value after shutting them out, and only an
-// odd version does. begin's exchange is a full barrier, so a value read
+// odd version does. It pins whether or not this process can add lock-free:
+// the adders may be other processes (another build, or GODEBUG=cpu.cx16=off). begin's exchange is a full barrier, so a value read
 // after it holds every add that landed and no add lands later. The write
 // that follows begins the slot again, which stores the same version and
 // intent, and ends it.
 func (m *Map) pin(s uint64, v view) {
-	if mem.HasCAS128 && metaFlags(v.meta)&flagCounter != 0 {
+	if metaFlags(v.meta)&flagCounter != 0 {
 		m.begin(s, v)
 	}
 }
 
-// pinEqual pins v and reports whether its value still equals b; when not,
-// it ends the slot unchanged. A value that is no counter cannot change
-// under the stripe lock, so it is not read again.
+// pinEqual pins v, for a write to follow, if its value still equals b, and
+// reports whether it did. A value that is no counter cannot change under
+// the stripe lock, so it is not read again. A counter is pinned and
+// compared in one CAS128 of its version and value where it can be, so a
+// compare that fails writes nothing; elsewhere the slot is begun, compared
+// and, on a difference, ended unchanged (a process killed in that window
+// leaves the counter absent, as one killed mid-write does).
 func (m *Map) pinEqual(s uint64, v view, b []byte) bool {
-	if !mem.HasCAS128 || metaFlags(v.meta)&flagCounter == 0 {
+	if metaFlags(v.meta)&flagCounter == 0 {
 		return true
+	}
+	if mem.HasCAS128 && (v.off+sVersion)&15 == 0 && len(b) == 8 {
+		i := uint64(v.off-m.slotBase) / uint64(m.slotSize)
+		mem.Put64(m.mem, m.lockOff(s)+8, i+1) // ordered before the swap by it
+		n := binary.LittleEndian.Uint64(b)
+		if mem.CAS128(m.mem, v.off+sVersion, v.ver, n, m.begun(v.ver, s), n) {
+			return true
+		}
+		m.clearIntent(s)
+		return false
 	}
 	m.begin(s, v)
 	if !m.valueEqual(v, b) {
@@ -1376,7 +1392,10 @@ func (m *Map) addInPlace(key string, h uint64, delta int64) (n int64, err error,
 		}
 		m.noteHint(h, v.off)
 	}
-	if (v.off+sVersion)&15 != 0 {
+	// A live slot's version is never 0; a crafted file's could be, and
+	// the private zero pages that replace the mapping at Close hold 0:
+	// a swap expecting 0 there would report an add that never happened.
+	if (v.off+sVersion)&15 != 0 || v.ver == 0 {
 		return 0, nil, false
 	}
 	crashPoint("add-in-place")
