@@ -116,7 +116,7 @@ type Map struct {
 	encoded  bool
 
 	// counterHints remember, in this process only, where Add last found
-	// a counter away from its home slot (see counterHint).
+	// each counter (see hintEntries).
 	counterHints *[hintEntries]atomic.Uint64
 }
 
@@ -468,10 +468,15 @@ func keyOff(off int, meta uint64) int {
 	return off + sData
 }
 
-// valid reports whether a live slot's lengths fit the slot.
+// valid reports whether a live slot's lengths fit the slot. The value
+// length is checked as the 32-bit field it is before it becomes an int,
+// which on 386 would make a length of 2^31 or more negative.
 func (m *Map) valid(meta uint64) bool {
+	if meta>>32 > uint64(m.maxPair) {
+		return false
+	}
 	kl, vl := metaKeyLen(meta), metaValLen(meta)
-	if kl == 0 || vl > m.maxPair || kl+vl > m.maxPair {
+	if kl == 0 || kl+vl > m.maxPair {
 		return false
 	}
 	return metaFlags(meta)&flagCounter == 0 || vl == 8
@@ -508,6 +513,7 @@ type view struct {
 func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
 	n0 := len(dst)
 	i := m.home(h)
+	mem.Prefetch(m.mem, m.slotOff(i)) // alongside the tag's load: most keys are at home
 	wantTag := tagOf(h)
 	for left := m.probeLimit(); left > 0; left-- {
 		skip, t := m.nextCandidate(i, left, wantTag)

@@ -687,3 +687,23 @@ func TestScanTagsMatchesBytewiseScan(t *testing.T) {
 		require.Equal(t, wantTag, tag, "round %d", round)
 	}
 }
+
+// A crafted value length of 2^31 or more is refused as too long, not
+// turned negative on 32-bit builds (where int is 32 bits).
+func TestMapHugeValueLengthInFile(t *testing.T) {
+	m := testMap(t, WithSlots(16), WithSlotSize(64))
+	require.NoError(t, m.Store("k", []byte("v")))
+	v, _, ok := m.readKey("k", hashKey("k"), nil, false)
+	require.True(t, ok)
+	for _, vlen := range []uint64{1 << 31, 1<<32 - 1, uint64(m.maxPair) + 1} {
+		meta := metaOf(stateLive, 0, 1, 0) | vlen<<32
+		require.False(t, m.valid(meta), "value length %d", vlen)
+		mem.Store64(m.mem, v.off+sMeta, meta)
+		require.NotPanics(t, func() {
+			_, ok := m.Load("k")
+			require.False(t, ok)
+			for range m.All() {
+			}
+		})
+	}
+}
