@@ -513,7 +513,6 @@ type view struct {
 func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
 	n0 := len(dst)
 	i := m.home(h)
-	mem.Prefetch(m.mem, m.slotOff(i)) // alongside the tag's load: most keys are at home
 	wantTag := tagOf(h)
 	for left := m.probeLimit(); left > 0; left-- {
 		skip, t := m.nextCandidate(i, left, wantTag)
