@@ -125,7 +125,7 @@ type MapStats struct {
 	Used       int    // live entries, lapsed ones not yet collected included
 	Capacity   int    // slots
 	Tombstones int    // deleted entries keeping probe chains intact
-	Busy       uint64 // reads that gave up on a slot that kept changing
+	Busy       uint64 // lock-free reads (Add's included) that gave up on a slot that kept changing
 	Full       uint64 // inserts refused with ErrFull
 	Expired    uint64 // lapsed entries collected (made tombstones or replaced)
 	Recoveries uint64 // locks taken over from dead processes
