@@ -1266,10 +1266,11 @@ func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
 // which lock-free adders may change (see addInPlace): a write decided by a
 // counter's value must read the value after shutting them out, and only an
 // odd version does. It pins whether or not this process can add lock-free:
-// the adders may be other processes (another build, or GODEBUG=cpu.cx16=off). begin's exchange is a full barrier, so a value read
-// after it holds every add that landed and no add lands later. The write
-// that follows begins the slot again, which stores the same version and
-// intent, and ends it.
+// the adders may be other processes (another build, or one run with
+// GODEBUG=cpu.cx16=off). begin's exchange is a full barrier, so a value
+// read after it holds every add that landed and no add lands later. The
+// write that follows begins the slot again, which stores the same version
+// and intent, and ends it.
 func (m *Map) pin(s uint64, v view) {
 	if metaFlags(v.meta)&flagCounter != 0 {
 		m.begin(s, v)
