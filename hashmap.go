@@ -116,7 +116,7 @@ type Map struct {
 	encoded  bool
 
 	// counterHints remember, in this process only, where Add last found
-	// each counter (see hintEntries).
+	// each counter (see hintEntries); 8 KiB, nil for a typed map.
 	counterHints *[hintEntries]atomic.Uint64
 }
 
@@ -229,7 +229,7 @@ func tagsOffset(stripes int64) int64 { return mapHeader + layout.Align(stripes*s
 
 func newMap(a *Arena, e layout.Entry) *Map {
 	slots, slotSize, stripes := e.Params[0], int(e.Params[1]), e.Params[2]
-	return &Map{
+	m := &Map{
 		a:        a,
 		name:     e.Name,
 		mem:      a.mem,
@@ -241,9 +241,11 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		stripes:  stripes,
 		maxPair:  slotSize - slotHeader,
 		encoded:  e.Params[3] != 0,
-
-		counterHints: new([hintEntries]atomic.Uint64),
 	}
+	if !m.encoded { // a typed map refuses Add
+		m.counterHints = new([hintEntries]atomic.Uint64)
+	}
+	return m
 }
 
 // validateMapRegion checks a map region's shape against its entry.
