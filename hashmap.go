@@ -1321,10 +1321,10 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 }
 
 // Add adds delta (which may be negative) to the counter at key and returns
-// the new value, wrapping on overflow as Redis INCRBY errors instead. An
-// absent or lapsed key becomes a counter holding delta with opts applied
-// (WithTTL sets its deadline); a live counter keeps its deadline, so a
-// fixed-window rate limit needs no reset. Errors: ErrNotCounter (the key
+// the new value. It wraps on overflow, where Redis INCRBY returns an error.
+// An absent or lapsed key becomes a counter holding delta with opts applied
+// (WithTTL sets its deadline). opts are ignored for a live counter, which
+// keeps its deadline, so a fixed-window rate limit needs no reset. Errors: ErrNotCounter (the key
 // holds another value, left as it was), ErrEncoded (typed map), ErrFull,
 // ErrEmptyKey, ErrTooLarge, ErrClosed.
 //
