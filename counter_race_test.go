@@ -108,7 +108,7 @@ func TestAddStaleHints(t *testing.T) {
 		require.True(t, ok, key)
 		return uint64(v.off-m.slotBase) / uint64(m.slotSize)
 	}
-	require.Equal(t, hintOf(ha, slotOf("a")), m.counterHints[hintIndex(ha)].Load(), "Add left no hint")
+	require.Equal(t, hintOf(ha, slotOf("a")), mem.Load64(m.counterHints, int(hintIndex(ha)*8)), "Add left no hint")
 
 	// The key deleted: its hint names a tombstone.
 	require.True(t, m.Delete("a"))
@@ -119,7 +119,7 @@ func TestAddStaleHints(t *testing.T) {
 	// The hint names another key's slot, a counter too.
 	_, err = m.Add("b", 100)
 	require.NoError(t, err)
-	m.counterHints[hintIndex(ha)].Store(hintOf(ha, slotOf("b")))
+	mem.Store64(m.counterHints, int(hintIndex(ha)*8), hintOf(ha, slotOf("b")))
 	n, err = m.Add("a", 1)
 	require.NoError(t, err)
 	require.Equal(t, int64(6), n)
@@ -128,11 +128,11 @@ func TestAddStaleHints(t *testing.T) {
 
 	// A hint whose hash bits match but whose slot is out of range, and one
 	// for another hash.
-	m.counterHints[hintIndex(ha)].Store(hintOf(ha, m.slots+5))
+	mem.Store64(m.counterHints, int(hintIndex(ha)*8), hintOf(ha, m.slots+5))
 	n, err = m.Add("a", 1)
 	require.NoError(t, err)
 	require.Equal(t, int64(7), n)
-	m.counterHints[hintIndex(ha)].Store(hintOf(hb, slotOf("b")))
+	mem.Store64(m.counterHints, int(hintIndex(ha)*8), hintOf(hb, slotOf("b")))
 	n, err = m.Add("a", 1)
 	require.NoError(t, err)
 	require.Equal(t, int64(8), n)

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
-	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -117,7 +116,7 @@ type Map struct {
 
 	// counterHints remember, in this process only, where Add last found
 	// each counter (see hintEntries); 8 KiB, nil for a typed map.
-	counterHints *[hintEntries]atomic.Uint64
+	counterHints []byte
 }
 
 // MapStats are a map's shared counters, the same in every process.
@@ -243,7 +242,7 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		encoded:  e.Params[3] != 0,
 	}
 	if !m.encoded { // a typed map refuses Add
-		m.counterHints = new([hintEntries]atomic.Uint64)
+		m.counterHints = make([]byte, hintEntries*8)
 	}
 	return m
 }
@@ -1436,11 +1435,16 @@ func hintIndex(h uint64) uint64 { return h >> 40 & (hintEntries - 1) }
 // A hint holds the hash's low 32 bits over the slot index + 1.
 func hintOf(h uint64, i uint64) uint64 { return h<<32 | (i + 1) }
 
-// noteHint records that key h was found at off.
+// noteHint records that key h was found at off. The table is words in
+// a byte slice written with plain stores (mem.Put64): goroutines may race
+// to write one hint, and any of their values is a fine guess, while an
+// atomic store's exchange, paid on every Add where many keys are added
+// once each and keep replacing each other's hints, cost more than the
+// hint saved.
 func (m *Map) noteHint(h uint64, off int) {
 	i := uint64(off-m.slotBase) / uint64(m.slotSize)
-	if e := &m.counterHints[hintIndex(h)]; e.Load() != hintOf(h, i) {
-		e.Store(hintOf(h, i))
+	if e := hintIndex(h) * 8; mem.Load64(m.counterHints, int(e)) != hintOf(h, i) {
+		mem.Put64(m.counterHints, int(e), hintOf(h, i))
 	}
 }
 
@@ -1449,7 +1453,7 @@ func (m *Map) noteHint(h uint64, off int) {
 // of the version: the caller's compare-and-swap of the version does that,
 // and it must not act on the view otherwise.
 func (m *Map) hintedKey(key string, h uint64) (view, bool) {
-	e := m.counterHints[hintIndex(h)].Load()
+	e := mem.Load64(m.counterHints, int(hintIndex(h)*8))
 	i := e&(1<<32-1) - 1
 	if e>>32 != h&(1<<32-1) || i >= m.slots {
 		return view{}, false

@@ -36,7 +36,8 @@ func write[S ~string | ~[]byte](b []byte, off int, s S) { copy(b[off:off+len(s)]
 // validate with a seqlock: on amd64 an aligned 8-byte store is atomic, and
 // the atomic operations before and after it keep the compiler and the CPU
 // from moving it out of its critical section. It saves the full fence of an
-// atomic store.
+// atomic store. It also suits a word whose writers may race when any of
+// their values will do (a hint that readers check before use).
 func Put64(b []byte, off int, v uint64) { *p64(b, off) = v }
 
 // StoreRelease64 stores v at off with release ordering: earlier loads and
