@@ -287,7 +287,7 @@ func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
 	for step := 0; step < steps; step++ {
 		k := "k" + strconv.Itoa(r.IntN(120))
 		val := bytes.Repeat([]byte{byte(r.IntN(256))}, r.IntN(m.MaxPair()-3))
-		switch op := r.IntN(7); op {
+		switch op := r.IntN(10); op {
 		case 0, 1:
 			err := m.Store(k, val)
 			if _, ok := model[k]; ok || err == nil {
@@ -344,6 +344,38 @@ func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
 			require.Equal(t, len(model), m.Len())
 			st := m.Stats()
 			require.LessOrEqual(t, st.Used+st.Tombstones, st.Capacity)
+		case 7:
+			got, loaded := m.LoadAndDelete(k)
+			want, wok := model[k]
+			require.Equal(t, wok, loaded)
+			if wok {
+				require.Equal(t, want, got)
+			}
+			delete(model, k)
+			delete(counters, k)
+		case 8, 9:
+			// Compare against the current value half the time (a counter's
+			// included), else against a value it may not have.
+			old, wok := model[k]
+			if r.IntN(2) == 0 || !wok {
+				old = val[:min(len(val), 8)]
+			}
+			matches := wok && bytes.Equal(old, model[k])
+			if op == 8 {
+				swapped, err := m.CompareAndSwap(k, old, val)
+				require.NoError(t, err)
+				require.Equal(t, matches, swapped, "step %d key %s", step, k)
+				if swapped {
+					model[k] = val
+					delete(counters, k)
+				}
+			} else {
+				require.Equal(t, matches, m.CompareAndDelete(k, old), "step %d key %s", step, k)
+				if matches {
+					delete(model, k)
+					delete(counters, k)
+				}
+			}
 		}
 	}
 	require.Equal(t, len(model), m.Len())
