@@ -65,7 +65,7 @@ func TestCAS128(t *testing.T) {
 		t.Skip("no 16-byte compare-and-swap on this CPU or architecture")
 	}
 	b := make([]byte, 64)
-	off := 16 - int(uintptr(unsafe.Pointer(&b[0]))&15) // 16-aligned in memory
+	off := aligned16(b)
 	Store64(b, off, 7)
 	Store64(b, off+8, 9)
 	require.False(t, CAS128(b, off, 7, 8, 1, 2), "second word differs")
@@ -81,7 +81,7 @@ func TestCAS128Concurrent(t *testing.T) {
 		t.Skip("no 16-byte compare-and-swap on this CPU or architecture")
 	}
 	b := make([]byte, 64)
-	off := 16 - int(uintptr(unsafe.Pointer(&b[0]))&15)
+	off := aligned16(b)
 	const workers, each = 4, 20000
 	var wg sync.WaitGroup
 	for range workers {
@@ -102,3 +102,7 @@ func TestCAS128Concurrent(t *testing.T) {
 	require.Equal(t, uint64(workers*each), Load64(b, off))
 	require.Equal(t, uint64(2*workers*each), Load64(b, off+8), "the two words moved together")
 }
+
+// aligned16 returns an offset in b (at least 32 bytes long) that is
+// 16-aligned in memory, as CAS128 needs.
+func aligned16(b []byte) int { return 16 - int(uintptr(unsafe.Pointer(&b[0]))&15) }
