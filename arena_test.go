@@ -512,7 +512,7 @@ func TestCloseUnderContendedSlowWrites(t *testing.T) {
 					return
 				}
 				time.Sleep(time.Duration(10+30*(g%3)) * time.Millisecond)
-				err := m.storeLocked(s, key, h, []byte("v"), writeConfig{})
+				err := m.storeLocked(s, key, h, []byte("v"), writeConfig{}, nil)
 				m.unlock(s)
 				if err == nil {
 					done <- key

@@ -287,7 +287,7 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 	if len(key)+len(nb) > m.maxPair {
 		return fmt.Errorf("shmarena: map %q: %w: key %d + value %d bytes, slot holds %d", m.name, ErrTooLarge, len(key), len(nb), m.maxPair)
 	}
-	return m.storeLocked(s, key, h, nb, c)
+	return m.storeLocked(s, key, h, nb, c, nil)
 }
 
 // --- encoding ---

@@ -469,6 +469,14 @@ func keyOff(off int, meta uint64) int {
 	return off + sData
 }
 
+// holds reports whether the slot at off, whose meta word is meta, holds key
+// (hash h) live: part of a read that its caller validates by the version.
+func (m *Map) holds(off int, meta uint64, key string, h uint64) bool {
+	return metaState(meta) == stateLive && mem.Load64(m.mem, off+sHash) == h &&
+		metaKeyLen(meta) == len(key) && m.valid(meta) &&
+		mem.EqualString(m.mem, keyOff(off, meta), key)
+}
+
 // valid reports whether a live slot's lengths fit the slot. The value
 // length is checked as the 32-bit field it is before it becomes an int,
 // which on 386 would make a length of 2^31 or more negative.
@@ -536,9 +544,7 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 			}
 			meta := mem.Load64(m.mem, off+sMeta)
 			st := metaState(meta)
-			isKey := st == stateLive && mem.Load64(m.mem, off+sHash) == h &&
-				metaKeyLen(meta) == len(key) && m.valid(meta) &&
-				mem.EqualString(m.mem, keyOff(off, meta), key)
+			isKey := m.holds(off, meta, key, h)
 			if !isKey {
 				if mem.Load64(m.mem, off+sVersion) != ver {
 					continue
@@ -815,9 +821,7 @@ func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found b
 			}
 			meta := mem.Load64(m.mem, off+sMeta)
 			st := metaState(meta)
-			isKey := st == stateLive && mem.Load64(m.mem, off+sHash) == h &&
-				metaKeyLen(meta) == len(key) && m.valid(meta) &&
-				mem.EqualString(m.mem, keyOff(off, meta), key)
+			isKey := m.holds(off, meta, key, h)
 			deadline := int64(mem.Load64(m.mem, off+sDeadline))
 			if mem.Load64(m.mem, off+sVersion) != ver {
 				continue
@@ -866,9 +870,7 @@ func (m *Map) seek(key string, h uint64) (view, bool) {
 				break
 			}
 			meta := mem.Load64(m.mem, off+sMeta)
-			isKey := metaState(meta) == stateLive && mem.Load64(m.mem, off+sHash) == h &&
-				metaKeyLen(meta) == len(key) && m.valid(meta) &&
-				mem.EqualString(m.mem, keyOff(off, meta), key)
+			isKey := m.holds(off, meta, key, h)
 			deadline := int64(mem.Load64(m.mem, off+sDeadline))
 			if mem.Load64(m.mem, off+sVersion) != ver {
 				continue
@@ -946,9 +948,16 @@ func (m *Map) begun(ver, s uint64) uint64 { return (ver>>seqShift+1)<<seqShift |
 // is exchanged, a full barrier in every build: it orders the intent before
 // it, and a pin's read of the counter after it (see pin).
 func (m *Map) begin(s uint64, v view) {
-	i := uint64(v.off-m.slotBase) / uint64(m.slotSize)
-	mem.Put64(m.mem, m.lockOff(s)+8, i+1)
+	m.setIntent(s, v.off)
 	mem.Swap64(m.mem, v.off+sVersion, m.begun(v.ver, s))
+}
+
+// setIntent names the slot at off in stripe s's intent word, for a
+// recoverer should the holder die; the version change that follows orders
+// it.
+func (m *Map) setIntent(s uint64, off int) {
+	i := uint64(off-m.slotBase) / uint64(m.slotSize)
+	mem.Put64(m.mem, m.lockOff(s)+8, i+1)
 }
 
 // end publishes a slot and clears the stripe's intent.
@@ -1083,14 +1092,21 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
 		return ErrClosed
 	}
 	defer m.unlock(s)
-	return m.storeLocked(s, key, h, value, c)
+	return m.storeLocked(s, key, h, value, c, nil)
 }
 
-func (m *Map) storeLocked(s uint64, key string, h uint64, value []byte, c writeConfig) error {
+// storeLocked stores value for key holding stripe s. With previous not
+// nil, it sets *previous to a copy of the live value it replaces (non-nil,
+// if empty), read after pinning a counter (see pin).
+func (m *Map) storeLocked(s uint64, key string, h uint64, value []byte, c writeConfig, previous *[]byte) error {
 	v, free, found := m.locate(key, h, s)
 	live := found && !lapsed(v.deadline)
 	if found && !live {
 		m.stat(mhExpired)
+	}
+	if live && previous != nil {
+		m.pin(s, v) // put begins the same slot again: a no-op
+		*previous = m.appendValue([]byte{}, v.off, v.meta)
 	}
 	e := entry{key: key, h: h, val: value, deadline: deadlineFor(c, v, live)}
 	return m.put(s, &e, v, free, found)
@@ -1184,7 +1200,7 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	if found && !lapsed(v.deadline) {
 		return m.appendValue([]byte{}, v.off, v.meta), true, nil
 	}
-	if err := m.storeLocked(s, key, h, value, writeOpts(opts)); err != nil {
+	if err := m.storeLocked(s, key, h, value, writeOpts(opts), nil); err != nil {
 		return nil, false, err
 	}
 	return value, false, nil
@@ -1202,19 +1218,10 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 		return nil, false, ErrClosed
 	}
 	defer m.unlock(s)
-	v, free, found := m.locate(key, h, s)
-	live := found && !lapsed(v.deadline)
-	if live {
-		m.pin(s, v) // put begins the same slot again: a no-op
-		previous, loaded = m.appendValue([]byte{}, v.off, v.meta), true
-	} else if found {
-		m.stat(mhExpired)
-	}
-	e := entry{key: key, h: h, val: value, deadline: deadlineFor(writeOpts(opts), v, live)}
-	if err := m.put(s, &e, v, free, found); err != nil {
+	if err := m.storeLocked(s, key, h, value, writeOpts(opts), &previous); err != nil {
 		return nil, false, err
 	}
-	return previous, loaded, nil
+	return previous, previous != nil, nil
 }
 
 // CompareAndSwap stores new for key if its value equals old byte for byte,
@@ -1290,8 +1297,7 @@ func (m *Map) pinEqual(s uint64, v view, b []byte) bool {
 		return true
 	}
 	if mem.HasCAS128 && (v.off+sVersion)&15 == 0 && len(b) == 8 {
-		i := uint64(v.off-m.slotBase) / uint64(m.slotSize)
-		mem.Put64(m.mem, m.lockOff(s)+8, i+1) // ordered before the swap by it
+		m.setIntent(s, v.off)
 		n := binary.LittleEndian.Uint64(b)
 		if mem.CAS128(m.mem, v.off+sVersion, v.ver, n, m.begun(v.ver, s), n) {
 			return true
@@ -1461,8 +1467,7 @@ func (m *Map) hintedKey(key string, h uint64) (view, bool) {
 	off := m.slotOff(i)
 	ver := mem.Load64(m.mem, off+sVersion)
 	meta := mem.Load64(m.mem, off+sMeta)
-	if ver&1 != 0 || metaState(meta) != stateLive || mem.Load64(m.mem, off+sHash) != h ||
-		metaKeyLen(meta) != len(key) || !m.valid(meta) || !mem.EqualString(m.mem, keyOff(off, meta), key) {
+	if ver&1 != 0 || !m.holds(off, meta, key, h) {
 		return view{}, false
 	}
 	deadline := int64(mem.Load64(m.mem, off+sDeadline))
