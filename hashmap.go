@@ -389,6 +389,12 @@ func bytesEqual(w uint64, c byte) uint64 {
 	return (x - lowBytes) &^ x & highBytes
 }
 
+// bytesBelow sets the high bit of every byte of w less than c (c <= 128),
+// with the same borrows as bytesEqual.
+func bytesBelow(w uint64, c byte) uint64 {
+	return (w - lowBytes*uint64(c)) &^ w & highBytes
+}
+
 // scanTags looks at most left slots from slot i, wrapping at the end of
 // the table, for the first whose tag is 0, want or tagUnknown: the slots a
 // search for a key with tag want must look at. It returns how many slots
@@ -398,7 +404,7 @@ func (m *Map) scanTags(i, left uint64, want byte) (skip uint64, t byte) {
 	for skip < left {
 		n := min(8-i&7, m.slots-i) // tags of this word from slot i on
 		w := m.tagWord(i) >> ((i & 7) * 8)
-		cand := (bytesEqual(w, 0) | bytesEqual(w, want) | bytesEqual(w, tagUnknown)) & (1<<(n*8) - 1)
+		cand := (bytesBelow(w, tagUnknown+1) | bytesEqual(w, want)) & (1<<(n*8) - 1)
 		for cand != 0 {
 			b := uint64(bits.TrailingZeros64(cand)) / 8
 			if skip+b >= left {
@@ -417,15 +423,21 @@ func (m *Map) scanTags(i, left uint64, want byte) (skip uint64, t byte) {
 	return left, 0
 }
 
-// nextCandidate is scanTags with the first tag tested alone: most keys
-// sit at their home slot, and a branch on that one byte lets the CPU start
-// loading the slot while the tag is still on its way, which the
-// eight-at-a-time scan (its result computed from the whole word) cannot.
+// nextCandidate is scanTags for the common case: it tests the eight tags
+// from slot i on with one unaligned load, and the slot to read comes from
+// arithmetic on that word rather than from a branch per tag. A key sits at
+// its home slot or a few past it unpredictably often (at 75% load about
+// 60% at home), so a branch on the home tag alone is mispredicted often.
+// The lowest flagged byte is never a borrow, so it needs no check.
 func (m *Map) nextCandidate(i, left uint64, want byte) (skip uint64, t byte) {
-	if t = byte(m.tagWord(i) >> ((i & 7) * 8)); t == 0 || t == want || t == tagUnknown {
-		return 0, t
+	w := mem.Load8(m.mem, m.tagBase+int(i))
+	n := min(8, m.slots-i, left) // the window's tags that are slots to look at
+	cand := (bytesBelow(w, tagUnknown+1) | bytesEqual(w, want)) & (1<<(n*8) - 1)
+	if cand == 0 {
+		return m.scanTags(i, left, want)
 	}
-	return m.scanTags(i, left, want)
+	skip = uint64(bits.TrailingZeros64(cand)) / 8
+	return skip, byte(w >> (skip * 8))
 }
 
 // wrapAdd returns slot i+d, wrapping at the end of the table (d < slots).

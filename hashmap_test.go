@@ -687,9 +687,10 @@ func TestMapCountsUnderChurnProcesses(t *testing.T) {
 	require.Equal(t, used, m.Len())
 }
 
-// scanTags, which tests eight tags at a time, agrees with a scan of one
-// tag at a time, for random tags, starting slots, limits and a table size
-// that is not a multiple of eight.
+// scanTags and nextCandidate, which test eight tags at a time, agree with
+// a scan of one tag at a time, for random tags, starting slots, limits and
+// a table size that is not a multiple of eight (so nextCandidate's window
+// reaches past the last tag, into padding it must ignore).
 func TestScanTagsMatchesBytewiseScan(t *testing.T) {
 	a, _ := tempArena(t, 1<<20)
 	m, err := a.Map("tags", WithSlots(61))
@@ -706,6 +707,9 @@ func TestScanTagsMatchesBytewiseScan(t *testing.T) {
 		}
 		return left, 0
 	}
+	for i := m.tagBase + int(m.slots); i < m.slotBase; i++ {
+		require.Zero(t, m.mem[i], "padding past the tags reads as empty slots' tags")
+	}
 	for round := 0; round < 20000; round++ {
 		// Few distinct values, so 0, 1 and want are common, and runs of
 		// zeros followed by ones exercise the borrow of bytesEqual.
@@ -715,6 +719,9 @@ func TestScanTagsMatchesBytewiseScan(t *testing.T) {
 		i, left, want := rng.Uint64N(m.slots), 1+rng.Uint64N(m.slots), byte(2+rng.IntN(3))
 		skip, tag := m.scanTags(i, left, want)
 		wantSkip, wantTag := naive(i, left, want)
+		require.Equal(t, wantSkip, skip, "round %d: from %d, %d slots, tag %d", round, i, left, want)
+		require.Equal(t, wantTag, tag, "round %d", round)
+		skip, tag = m.nextCandidate(i, left, want)
 		require.Equal(t, wantSkip, skip, "round %d: from %d, %d slots, tag %d", round, i, left, want)
 		require.Equal(t, wantTag, tag, "round %d", round)
 	}

@@ -8,6 +8,15 @@ func equal[S ~string | ~[]byte](b []byte, off int, s S) bool { return atomicEqua
 
 func equalString(b []byte, off int, s string) bool { return atomicEqual(b, off, s) }
 
+func load8(b []byte, off int) uint64 {
+	lo := off &^ 7
+	w := Load64(b, lo)
+	if sh := uint(off-lo) * 8; sh != 0 {
+		w = w>>sh | Load64(b, lo+8)<<(64-sh)
+	}
+	return w
+}
+
 func write[S ~string | ~[]byte](b []byte, off int, s S) { atomicWrite(b, off, s) }
 
 // Put64 stores v at off (an atomic store in these builds).

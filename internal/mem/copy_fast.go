@@ -29,6 +29,12 @@ func equalString(b []byte, off int, s string) bool {
 	return *(*uint64)(unsafe.Add(pb, last)) == *(*uint64)(unsafe.Add(ps, last))
 }
 
+// load8 reads the 8 bytes at off, at any alignment, with one plain load:
+// an x86 load never tears a byte, which is all Load8's callers rely on.
+func load8(b []byte, off int) uint64 {
+	return *(*uint64)(unsafe.Pointer(&b[off : off+8][0]))
+}
+
 func write[S ~string | ~[]byte](b []byte, off int, s S) { copy(b[off:off+len(s)], s) }
 
 // Put64 stores v at off with a plain store. It is for a word that only its

@@ -25,6 +25,12 @@ func p32(b []byte, off int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&b[off : off+4][0]))
 }
 
+// Words4 returns the four words (32 bytes) at off, for atomic access with
+// sync/atomic at constant indices, which need no bounds check each.
+func Words4(b []byte, off int) *[4]uint64 {
+	return (*[4]uint64)(unsafe.Pointer(&b[off : off+32][0]))
+}
+
 // Load64 atomically loads the word at off.
 func Load64(b []byte, off int) uint64 { return atomic.LoadUint64(p64(b, off)) }
 
@@ -78,6 +84,12 @@ func Equal[S ~string | ~[]byte](b []byte, off int, s S) bool { return equal(b, o
 // EqualString is Equal for a string, faster for the 8 to 32 bytes of most
 // keys.
 func EqualString(b []byte, off int, s string) bool { return equalString(b, off, s) }
+
+// Load8 returns the 8 bytes at off, which need not be aligned, as a
+// little-endian word. Each byte is one that was stored there, but the word
+// as a whole is not read atomically. The aligned words covering
+// [off, off+8) must lie inside b.
+func Load8(b []byte, off int) uint64 { return load8(b, off) }
 
 // Write stores s at off, preserving the bytes of the first and last words
 // that lie outside [off, off+len(s)). The caller must be the only writer of

@@ -2,6 +2,7 @@ package mem
 
 import (
 	"bytes"
+	"encoding/binary"
 	"sync"
 	"testing"
 	"unsafe"
@@ -106,3 +107,16 @@ func TestCAS128Concurrent(t *testing.T) {
 // aligned16 returns an offset in b (at least 32 bytes long) that is
 // 16-aligned in memory, as CAS128 needs.
 func aligned16(b []byte) int { return 16 - int(uintptr(unsafe.Pointer(&b[0]))&15) }
+
+// Load8 reads eight bytes at every alignment, the same in the plain-load
+// and the two-aligned-words builds (run the tests with -race for the
+// latter).
+func TestLoad8(t *testing.T) {
+	b := make([]byte, 48)
+	for i := range b {
+		b[i] = byte(i*37 + 11)
+	}
+	for off := 0; off+8 <= 40; off++ {
+		require.Equal(t, binary.LittleEndian.Uint64(b[off:]), Load8(b, off), "off %d", off)
+	}
+}
