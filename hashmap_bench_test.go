@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -16,19 +17,35 @@ import (
 // sync.RWMutex doing the same work (the value is copied out), in the same
 // run: compare ns/op of BenchmarkMap/X with BenchmarkRWMutexMap/X, or read
 // the ratio BenchmarkMapVsRWMutex measures with the two interleaved.
-// Shape: 24-byte keys, 64-byte values, a table 75% full.
+// Shape: 24-byte keys, 64-byte values, a table 75% full, 65,536 slots of
+// 128 bytes unless -mapslots says otherwise: the ratio depends on whether
+// the table fits the CPU's caches, so compare sizes with, for example,
+//
+//	go test -run '^$' -bench 'Map$/AppendLoadHit$' . -args -mapslots 4096
 
-const (
-	benchSlots = 1 << 16
-	benchFill  = benchSlots * 3 / 4
+var mapSlots = flag.Int("mapslots", 1<<16, "slots in the map benchmarks' tables (filled to 75%)")
+
+var (
+	mapBenchOnce sync.Once
+	benchSlots   int
+	benchFill    int
+	// benchOrder visits the filled keys in a fixed random order, for both
+	// sides: walking them in insertion order would favour the Go map,
+	// whose keys and values were allocated, and so lie in memory, in that
+	// order.
+	benchOrder []int
 )
 
 func benchKey(i int) string { return fmt.Sprintf("key-%019d", i) } // 24 bytes
 
-// benchOrder visits the filled keys in a fixed random order, for both
-// sides: walking them in insertion order would favour the Go map, whose
-// keys and values were allocated, and so lie in memory, in that order.
-var benchOrder = rand.New(rand.NewPCG(7, 7)).Perm(benchFill)
+// setBenchShape reads -mapslots; flags are parsed before any benchmark.
+func setBenchShape() {
+	mapBenchOnce.Do(func() {
+		benchSlots = max(*mapSlots, 64)
+		benchFill = benchSlots * 3 / 4
+		benchOrder = rand.New(rand.NewPCG(7, 7)).Perm(benchFill)
+	})
+}
 
 var counterKeys = func() []string {
 	k := make([]string, 16)
@@ -80,8 +97,9 @@ func (r *rwMap) add(k string, d int64) int64 {
 }
 
 func benchMap(b *testing.B) (*Map, []string) {
+	setBenchShape()
 	path := filepath.Join(b.TempDir(), "bench")
-	a, err := Open(path, WithSize(mapLength(benchSlots, 128, 64)+MinSize+4096))
+	a, err := Open(path, WithSize(mapLength(int64(benchSlots), 128, 64)+MinSize+4096))
 	require.NoError(b, err)
 	b.Cleanup(func() { a.Close() })
 	m, err := a.Map("bench", WithSlots(benchSlots), WithSlotSize(128))
@@ -144,15 +162,16 @@ func BenchmarkMap(b *testing.B) {
 		}
 	})
 	// StoreNewKey inserts a key and deletes the one inserted 1024 keys
-	// earlier, holding the table near 75% full: an insert into a table
+	// earlier (fewer in a small table), holding the table near 75% full: an insert into a table
 	// driven to 100% is the worst case of open addressing, not the cost
 	// of an insert.
 	b.Run("StoreNewKeyAndDelete", func(b *testing.B) {
 		b.ReportAllocs()
 		free := keys[benchFill:]
+		lag := min(1024, len(free)/2)
 		for i := 0; b.Loop(); i++ {
 			_ = m.Store(free[i%len(free)], val)
-			m.Delete(free[(i+len(free)-1024)%len(free)])
+			m.Delete(free[(i+len(free)-lag)%len(free)])
 		}
 		for _, k := range free {
 			m.Delete(k)
@@ -178,6 +197,7 @@ func BenchmarkMap(b *testing.B) {
 }
 
 func BenchmarkRWMutexMap(b *testing.B) {
+	setBenchShape()
 	keys := make([]string, benchSlots)
 	for i := range keys {
 		keys[i] = benchKey(i)
@@ -215,10 +235,11 @@ func BenchmarkRWMutexMap(b *testing.B) {
 	})
 	b.Run("StoreNewKeyAndDelete", func(b *testing.B) {
 		free := keys[benchFill:]
+		lag := min(1024, len(free)/2)
 		for i := 0; b.Loop(); i++ {
 			r.store(free[i%len(free)], val)
 			r.mu.Lock()
-			delete(r.m, free[(i+len(free)-1024)%len(free)])
+			delete(r.m, free[(i+len(free)-lag)%len(free)])
 			r.mu.Unlock()
 		}
 		r.mu.Lock()
