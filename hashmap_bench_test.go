@@ -311,3 +311,56 @@ func BenchmarkMapVsRWMutex(b *testing.B) {
 		func(i int) { _, _ = m.Add(counterKeys[i%16], 1) },
 		func(i int) { r.add(counterKeys[i%16], 1) })
 }
+
+// BenchmarkMapTurnover measures what tombstones cost: misses and an insert
+// plus a delete in a fresh map, and again after inserting and deleting ten
+// times the capacity, which leaves no empty slot (-mapslots sets the size).
+func BenchmarkMapTurnover(b *testing.B) {
+	setBenchShape()
+	for _, pct := range []int{50, 75} {
+		a, err := Open(filepath.Join(b.TempDir(), "turnover"), WithSize(mapLength(int64(benchSlots), 128, 64)+MinSize+4096))
+		require.NoError(b, err)
+		m, err := a.Map("turnover", WithSlots(benchSlots), WithSlotSize(128))
+		require.NoError(b, err)
+		live := benchSlots * pct / 100
+		val := make([]byte, 64)
+		keys := make([]string, benchSlots) // more than live: keys come back once deleted
+		for i := range keys {
+			keys[i] = benchKey(i)
+		}
+		next := 0
+		turn := func() { // insert one key, delete the oldest
+			require.NoError(b, m.Store(keys[next%len(keys)], val))
+			if next >= live {
+				m.Delete(keys[(next-live)%len(keys)])
+			}
+			next++
+		}
+		for next < live {
+			turn()
+		}
+		run := func(state string) {
+			absent := make([]string, 4096)
+			for i := range absent {
+				absent[i] = benchKey(1<<40 + i)
+			}
+			b.Run(fmt.Sprintf("%d%%live/%s/Miss", pct, state), func(b *testing.B) {
+				buf := make([]byte, 0, 128)
+				for i := 0; b.Loop(); i++ {
+					buf, _ = m.AppendLoad(buf[:0], absent[i%len(absent)])
+				}
+			})
+			b.Run(fmt.Sprintf("%d%%live/%s/InsertAndDelete", pct, state), func(b *testing.B) {
+				for b.Loop() {
+					turn()
+				}
+			})
+		}
+		run("fresh")
+		for end := next + 10*benchSlots; next < end; {
+			turn()
+		}
+		run("turnedOver")
+		a.Close()
+	}
+}
