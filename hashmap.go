@@ -19,7 +19,7 @@ import (
 // Map region layout, offsets from the region start.
 //
 //	0    slots          8  slot size      16 stripes      24 flags (1 = encoded)
-//	32   (unused)                         40 busy         48 full
+//	32   deadlines (nonzero once any entry had one)  40 busy    48 full
 //	56   expired        64 recoveries   72 longest probe distance of any insert
 //	128  stripes x 64 bytes: lock word; the slot index+1 being written
 //	     (0 = none), so a recoverer knows which slot a dead writer held;
@@ -55,6 +55,7 @@ const (
 	mhExpired    = 56
 	mhRecoveries = 64
 	mhMaxProbe   = 72
+	mhDeadlines  = 32
 
 	slotHeader = 32
 	sDeadline  = 0
@@ -106,7 +107,7 @@ type Map struct {
 	name     string
 	mem      []byte
 	base     int // region offset
-	tagBase  int // one byte per slot: 0 never claimed, 1 unknown, else tagOf(hash)
+	tagBase  int // one byte per slot: 0 never claimed, 1 unknown, 2 tombstone, else tagOf(hash)
 	slotBase int
 	slots    uint64
 	slotSize int
@@ -356,21 +357,30 @@ func (m *Map) stripeOf(h uint64) uint64 {
 
 func (m *Map) slotOff(i uint64) int { return m.slotBase + int(i)*m.slotSize }
 
+func (m *Map) slotIndex(off int) uint64 { return uint64(off-m.slotBase) / uint64(m.slotSize) }
+
 // Tags let a search skip slots without touching them: 64 slots' tags share
 // a cache line. A slot's tag is 0 until someone tries to claim it (the
 // claimer sets it to tagUnknown before its compare-and-swap and to the
-// key's tag after winning), and never returns to 0. So a tag of 0 proves
+// key's tag after winning), and never returns to 0. A delete sets it to
+// tagTombstone while the slot is still being written. So a tag of 0 proves
 // the slot empty and ends a search, and a tag that is neither tagUnknown
-// nor the key's own proves the slot holds (or held) another key. Any other
-// tag sends the reader to the slot itself, whose seqlock decides.
-const tagUnknown = 1
+// nor the key's own proves the slot holds (or held) another key, or none.
+// Any other tag sends the reader to the slot itself, whose seqlock
+// decides. An insert looks for the tags a free slot can have: 0,
+// tagUnknown and tagTombstone (a tombstone made by crash recovery keeps
+// its key's tag, and is only passed over).
+const (
+	tagUnknown   = 1
+	tagTombstone = 2
+)
 
 // tagOf takes bits 32-39 of the hash: the home slot comes from the top
 // bits and the stripe from bits 0-31, so the tag is independent of both.
 func tagOf(h uint64) byte {
 	t := byte(h >> 32)
-	if t <= tagUnknown {
-		t += 2
+	if t <= tagTombstone {
+		t += 3
 	}
 	return t
 }
@@ -811,47 +821,43 @@ func (m *Map) find(key string, h uint64) (view, bool) {
 // locate finds key's slot, lapsed or not, or else the first slot an insert
 // may claim (free.off < 0 when the probe met no free slot).
 //
-// A lapsed entry of another key met before any free slot is collected on
-// the way (if its stripe can be had without waiting) and offered as the
-// free slot, so keys with deadlines do not fill the table for good.
+// In a map that has ever held a deadline, a lapsed entry of another key met
+// before any free slot is collected on the way (if its stripe can be had
+// without waiting) and offered as the free slot, so keys with deadlines do
+// not fill the table for good. In one that never has, the free slot is
+// found by the tags, without reading the slots passed.
 func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found bool) {
 	free.off = -1
 	if v, ok := m.seek(key, h); ok {
 		return v, free, true
 	}
-	i := m.home(h)
-	limit := m.probeLimit()
-	for probes := uint64(0); probes < m.slots; probes++ {
-		if probes >= limit && free.off >= 0 {
-			return v, free, false // past every key's reach: it is absent
+	// The key is absent (its stripe is ours, so it stays so): the first
+	// free slot from its home is where it goes.
+	if mem.Load64(m.mem, m.base+mhDeadlines) == 0 {
+		if free, ok := m.firstFree(h); ok {
+			return v, free, false
 		}
+	}
+	i := m.home(h)
+	for probes := uint64(0); probes < m.slots; probes++ {
 		off := m.slotOff(i)
 		for {
 			ver := mem.Load64(m.mem, off+sVersion)
 			if ver&1 != 0 {
-				break // another stripe's writer: neither the key nor free
+				break // another stripe's writer: not free
 			}
 			meta := mem.Load64(m.mem, off+sMeta)
-			st := metaState(meta)
-			isKey := m.holds(off, meta, key, h)
 			deadline := int64(mem.Load64(m.mem, off+sDeadline))
 			if mem.Load64(m.mem, off+sVersion) != ver {
 				continue
 			}
 			sv := view{off: off, ver: ver, meta: meta, deadline: deadline}
-			switch {
-			case isKey:
-				return sv, free, true
-			case st == stateEmpty:
-				if free.off < 0 {
-					free = sv
-				}
-				return v, free, false
-			case st == stateTombstone && free.off < 0:
-				free = sv
-			case st == stateLive && free.off < 0 && deadline != 0 && lapsed(deadline):
+			switch st := metaState(meta); {
+			case st == stateEmpty || st == stateTombstone:
+				return v, sv, false
+			case st == stateLive && deadline != 0 && lapsed(deadline):
 				if r, ok := m.reclaim(s, sv); ok {
-					free = r
+					return v, r, false
 				}
 			}
 			break
@@ -866,6 +872,49 @@ func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found b
 // seek finds key's slot holding its stripe, skipping foreign slots by
 // their tags as readKey does. A slot being written belongs to another
 // stripe's writer, so it is not the key's.
+// firstFree finds, by the tags, the first slot from h's home that is empty
+// or a tombstone, within the probe limit.
+func (m *Map) firstFree(h uint64) (view, bool) {
+	i := m.home(h)
+	for left := m.probeLimit(); left > 0; left-- {
+		skip, t := m.nextFree(i, left)
+		if skip == left {
+			return view{}, false
+		}
+		i, left = m.wrapAdd(i, skip), left-skip
+		off := m.slotOff(i)
+		ver := mem.Load64(m.mem, off+sVersion)
+		meta := mem.Load64(m.mem, off+sMeta)
+		if st := metaState(meta); ver&1 == 0 && (st == stateEmpty || st == stateTombstone) &&
+			mem.Load64(m.mem, off+sVersion) == ver {
+			return view{off: off, ver: ver, meta: meta}, true
+		}
+		if t == 0 {
+			return view{}, false // claimed since: let the slot-by-slot search decide
+		}
+		i = m.wrapAdd(i, 1)
+	}
+	return view{}, false
+}
+
+// nextFree is scanTags for the tags of free slots: 0, tagUnknown and
+// tagTombstone.
+func (m *Map) nextFree(i, left uint64) (skip uint64, t byte) {
+	for skip < left {
+		n := min(8, m.slots-i, left-skip)
+		w := mem.Load8(m.mem, m.tagBase+int(i))
+		if cand := bytesBelow(w, tagTombstone+1) & (1<<(n*8) - 1); cand != 0 {
+			b := uint64(bits.TrailingZeros64(cand)) / 8
+			return skip + b, byte(w >> (b * 8))
+		}
+		skip += n
+		if i += n; i == m.slots {
+			i = 0
+		}
+	}
+	return left, 0
+}
+
 func (m *Map) seek(key string, h uint64) (view, bool) {
 	i := m.home(h)
 	wantTag := tagOf(h)
@@ -1005,6 +1054,18 @@ func (m *Map) fill(off int, e *entry) {
 	}
 	mem.Put64(m.mem, off+sHash, e.h)
 	mem.Put64(m.mem, off+sDeadline, uint64(e.deadline))
+	if e.deadline != 0 {
+		m.noteDeadlines()
+	}
+}
+
+// noteDeadlines records, for good, that the map has held a deadline: from
+// then on an insert reads the slots it passes, to reclaim lapsed entries,
+// rather than finding a free slot by the tags alone (see locate).
+func (m *Map) noteDeadlines() {
+	if mem.Load64(m.mem, m.base+mhDeadlines) == 0 {
+		mem.Store64(m.mem, m.base+mhDeadlines, 1)
+	}
 }
 
 // remove makes the live slot v a tombstone. Caller holds stripe s.
@@ -1013,6 +1074,9 @@ func (m *Map) remove(s uint64, v view) {
 	crashPoint("delete")
 	mem.Store64(m.mem, v.off+sMeta, metaOf(stateTombstone, 0, 0, 0))
 	mem.Store64(m.mem, v.off+sDeadline, 0)
+	// Before end: once the slot is at rest another stripe's insert may
+	// claim it and tag it, and a late tombstone tag would hide that key.
+	m.setTag(m.slotIndex(v.off), tagTombstone)
 	m.end(v.off)
 	m.addCounts(s, -1, 1)
 	m.clearIntent(s)
@@ -1528,6 +1592,7 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 	var d int64
 	if ttl > 0 {
 		d = deadlineAfter(ttl)
+		m.noteDeadlines()
 	}
 	m.begin(s, v)
 	mem.Store64(m.mem, v.off+sDeadline, uint64(d))
