@@ -342,7 +342,7 @@ func BenchmarkMapTurnover(b *testing.B) {
 		run := func(state string) {
 			absent := make([]string, 4096)
 			for i := range absent {
-				absent[i] = benchKey(1<<40 + i)
+				absent[i] = benchKey(1<<30 + i)
 			}
 			b.Run(fmt.Sprintf("%d%%live/%s/Miss", pct, state), func(b *testing.B) {
 				buf := make([]byte, 0, 128)
