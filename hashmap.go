@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -542,6 +543,69 @@ type view struct {
 // no lock. found is false for an absent or lapsed key, and also for a busy
 // one (counted in Busy) or a slot whose writer died (repair is started).
 func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+	switch v, out, r := m.readNear(key, h, dst, want); r {
+	case nearHit:
+		return v, out, true
+	case nearMiss:
+		return v, dst, false
+	}
+	return m.searchKey(key, h, dst, want)
+}
+
+// What readNear found.
+const (
+	nearUnsure = iota // searchKey must decide
+	nearHit
+	nearMiss
+)
+
+// readNear is readKey's common case in few instructions: a lookup costs
+// about as much as the instructions it runs, and the general search's
+// bounds checks and calls had doubled them. It decides only when the first
+// candidate among the eight tags from key's home is empty (a miss), or is
+// key's slot, at rest, not a counter, without a lapsed deadline (a hit).
+// Anything else is nearUnsure, and searchKey starts over.
+func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out []byte, r int) {
+	i := m.home(h)
+	if i > m.slots-8 {
+		return v, dst, nearUnsure
+	}
+	w := mem.Load8(m.mem, m.tagBase+int(i))
+	t := tagOf(h)
+	d := uint64(bits.TrailingZeros64(bytesBelow(w, tagUnknown+1)|bytesEqual(w, t))) / 8
+	if d == 8 {
+		return v, dst, nearUnsure
+	}
+	if first := byte(w >> (d * 8)); first != t {
+		if first == 0 {
+			return v, dst, nearMiss
+		}
+		return v, dst, nearUnsure
+	}
+	off := m.slotOff(i + d)
+	hdr := mem.Words4(m.mem, off)
+	ver := atomic.LoadUint64(&hdr[sVersion/8])
+	meta := atomic.LoadUint64(&hdr[sMeta/8])
+	kl := len(key)
+	if ver&1 != 0 || meta&0xffffffff != metaOf(stateLive, 0, kl, 0) ||
+		atomic.LoadUint64(&hdr[sHash/8]) != h || uint64(kl)+meta>>32 > uint64(m.maxPair) ||
+		!mem.EqualString(m.mem, off+sData, key) {
+		return v, dst, nearUnsure
+	}
+	deadline := int64(atomic.LoadUint64(&hdr[sDeadline/8]))
+	out = dst
+	if want {
+		out = mem.AppendBytes(dst, m.mem, off+sData+kl, int(meta>>32))
+	}
+	if atomic.LoadUint64(&hdr[sVersion/8]) != ver || lapsed(deadline) {
+		return v, dst, nearUnsure
+	}
+	return view{off: off, ver: ver, meta: meta, deadline: deadline}, out, nearHit
+}
+
+// searchKey is readKey's general search: it probes up to the probe limit,
+// waits out writers, and collects a lapsed entry.
+func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
 	n0 := len(dst)
 	i := m.home(h)
 	wantTag := tagOf(h)

@@ -25,6 +25,13 @@ func p32(b []byte, off int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&b[off : off+4][0]))
 }
 
+// Words4 returns the four words (32 bytes) at off (8-aligned), for atomic
+// loads with sync/atomic at constant indices, which need no bounds check
+// each.
+func Words4(b []byte, off int) *[4]uint64 {
+	return (*[4]uint64)(unsafe.Pointer(&b[off : off+32][0]))
+}
+
 // Load64 atomically loads the word at off.
 func Load64(b []byte, off int) uint64 { return atomic.LoadUint64(p64(b, off)) }
 
