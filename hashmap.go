@@ -567,7 +567,7 @@ const (
 // Anything else is nearUnsure, and searchKey starts over.
 func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out []byte, r int) {
 	i := m.home(h)
-	if i > m.slots-8 {
+	if i+8 > m.slots { // the window would pass the last tag (or a table of under 8 slots)
 		return v, dst, nearUnsure
 	}
 	w := mem.Load8(m.mem, m.tagBase+int(i))

@@ -282,6 +282,49 @@ func TestMapModel(t *testing.T) {
 	runModel(t, m, r, 20000)
 }
 
+// Tables of under eight slots, where every probe wraps and a window of
+// eight tags reaches past the last one.
+func TestMapModelSmallTables(t *testing.T) {
+	for slots := 1; slots <= 9; slots++ {
+		t.Run(strconv.Itoa(slots), func(t *testing.T) {
+			m := testMap(t, WithSlots(slots), WithSlotSize(64), WithStripes(min(slots, 3)))
+			runModel(t, m, rand.New(rand.NewPCG(uint64(slots), 2)), 2000)
+		})
+	}
+}
+
+// A padding byte past the last tag that equals a key's tag (a corrupt
+// file) is never taken for a slot: no read past the table, no panic.
+func TestMapSmallTablePaddingLikeATag(t *testing.T) {
+	sz, err := MapBytes(WithSlots(3), WithSlotSize(48), WithStripes(1))
+	require.NoError(t, err)
+	a, _ := tempArena(t, MinSize+sz) // the map ends the file
+	m, err := a.Map("m", WithSlots(3), WithSlotSize(48), WithStripes(1))
+	require.NoError(t, err)
+	for _, k := range []string{"s0", "s1", "s2"} { // every slot live: no empty tag comes first
+		require.NoError(t, m.Store(k, []byte("v")))
+	}
+	tried := 0
+	for i := 0; i < 40; i++ {
+		k := "k" + strconv.Itoa(i)
+		if m.home(hashKey(k)) != m.slots-1 {
+			continue
+		}
+		tried++
+		tag := tagOf(hashKey(k))
+		for j := int(m.slots); j < 9; j++ {
+			m.mem[m.tagBase+j] = tag ^ 0x80 | 3 // neither candidate nor free
+		}
+		m.mem[m.tagBase+9] = tag // seven slots past the table's last
+		require.NotPanics(t, func() {
+			_, ok := m.Load(k)
+			require.False(t, ok, k)
+			require.True(t, m.Exists("s1"))
+		})
+	}
+	require.Positive(t, tried, "no key with its home at the last slot")
+}
+
 func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
 	model := map[string][]byte{}
 	counters := map[string]bool{}
