@@ -149,11 +149,16 @@ func tableCounts(t *testing.T, m *Map) (used, tomb int) {
 	for i := uint64(0); i < m.slots; i++ {
 		off := m.slotOff(i)
 		require.Zero(t, mem.Load64(m.mem, off+sVersion)&1, "slot %d left odd", i)
-		switch metaState(mem.Load64(m.mem, off+sMeta)) {
+		tag := m.mem[m.tagBase+int(i)]
+		switch meta := mem.Load64(m.mem, off+sMeta); metaState(meta) {
 		case stateLive:
 			used++
+			if tag != tagUnknown { // a claimer that lost its CAS may leave unknown
+				require.Equal(t, tagOf(mem.Load64(m.mem, off+sHash)), tag, "slot %d: live, tagged %d", i, tag)
+			}
 		case stateTombstone:
 			tomb++
+			require.Equal(t, byte(tagTombstone), tag, "slot %d: a tombstone tagged %d", i, tag)
 		}
 	}
 	return used, tomb

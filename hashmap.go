@@ -369,8 +369,8 @@ func (m *Map) slotIndex(off int) uint64 { return uint64(off-m.slotBase) / uint64
 // nor the key's own proves the slot holds (or held) another key, or none.
 // Any other tag sends the reader to the slot itself, whose seqlock
 // decides. An insert looks for the tags a free slot can have: 0,
-// tagUnknown and tagTombstone (a tombstone made by crash recovery keeps
-// its key's tag, and is only passed over).
+// tagUnknown and tagTombstone (crash recovery tags the tombstones it makes
+// too, before their version is even again).
 const (
 	tagUnknown   = 1
 	tagTombstone = 2
@@ -818,6 +818,7 @@ func (m *Map) repairStripe(s uint64) {
 		if ver&1 != 0 && ver>>1&(1<<(seqShift-1)-1) == s {
 			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
 			mem.Store64(m.mem, off+sDeadline, 0)
+			m.setTag(idx-1, tagTombstone) // while odd, as remove does
 			mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
 		}
 	}
@@ -856,6 +857,7 @@ func (m *Map) count() {
 		ver := mem.Load64(m.mem, off+sVersion)
 		if ver&1 != 0 {
 			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
+			m.setTag(i, tagTombstone)
 			mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
 		}
 		switch metaState(mem.Load64(m.mem, off+sMeta)) {

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -824,37 +823,4 @@ func TestMapInsertTakesFirstFreeSlot(t *testing.T) {
 			require.Equal(t, want, slotOf(k), "deadlines %v: %s went past a free slot", ttl, k)
 		}
 	}
-}
-
-// Goroutines insert and delete their own keys in a small table, so slots
-// pass between keys of different stripes all the time; each finds its key
-// right after storing it and misses it right after deleting it. A
-// tombstone tag set after the slot is at rest again would land on another
-// stripe's new key and hide it.
-func TestMapChurnKeepsKeysVisible(t *testing.T) {
-	m := testMap(t, WithSlots(32), WithSlotSize(64), WithStripes(16))
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 20000 {
-				k := fmt.Sprintf("g%d-%d", g, i%5)
-				v := []byte(k)
-				if err := m.Store(k, v); err != nil {
-					t.Errorf("store %s: %v", k, err)
-					return
-				}
-				if got, ok := m.Load(k); !ok || string(got) != k {
-					t.Errorf("%s just stored: %q %v", k, got, ok)
-					return
-				}
-				if !m.Delete(k) || m.Exists(k) {
-					t.Errorf("%s: delete", k)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
 }

@@ -1,0 +1,230 @@
+package shmarena
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/stretchr/testify/require"
+)
+
+// Goroutines each own a set of keys (so each has a model) and run random
+// operations in a small, nearly full table with few slots per stripe, so
+// slots pass between keys of different stripes constantly and chains wrap
+// at the end of the table. Each checks its own keys after every operation;
+// at the end no key may appear twice and All must equal the models.
+func churnAgainstModels(t *testing.T, slots, goroutines, keysEach, steps int, ttl bool) {
+	m := testMap(t, WithSlots(slots), WithSlotSize(64), WithStripes(min(slots, 16)))
+	if ttl {
+		require.NoError(t, m.Store("ttl-switch", nil, WithTTL(time.Nanosecond)))
+	}
+	models := make([]map[string][]byte, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			model := map[string][]byte{}
+			counters := map[string]bool{}
+			defer func() { models[g] = model }()
+			for step := 0; step < steps; step++ {
+				k := fmt.Sprintf("g%d/%d", g, r.IntN(keysEach))
+				val := []byte(fmt.Sprintf("%s#%d", k, step))
+				var opts []WriteOption
+				if ttl && r.IntN(4) == 0 {
+					opts = append(opts, WithTTL(time.Hour))
+				}
+				switch r.IntN(6) {
+				case 0, 1:
+					if err := m.Store(k, val, opts...); err == nil {
+						model[k] = val
+						delete(counters, k)
+					} else if _, ok := model[k]; ok || !errors.Is(err, ErrFull) {
+						t.Errorf("store %s: %v", k, err)
+						return
+					}
+				case 2:
+					_, want := model[k]
+					if got := m.Delete(k); got != want {
+						t.Errorf("step %d delete %s: %v, model %v", step, k, got, want)
+						return
+					}
+					delete(model, k)
+				case 3:
+					if _, ok := model[k]; ok && !counters[k] {
+						continue
+					}
+					n, err := m.Add(k, 1, opts...)
+					if err != nil {
+						if !errors.Is(err, ErrFull) {
+							t.Errorf("add %s: %v", k, err)
+							return
+						}
+						continue
+					}
+					model[k] = leBytes(uint64(n))
+					counters[k] = true
+				default:
+				}
+				for kk, want := range model {
+					got, ok := m.Load(kk)
+					if !ok || !bytes.Equal(got, want) {
+						t.Errorf("step %d: %s = %q %v, want %q", step, kk, got, ok, want)
+						return
+					}
+				}
+				if _, ok := model[k]; !ok && m.Exists(k) {
+					t.Errorf("step %d: %s exists after delete", step, k)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	all := map[string][]byte{}
+	seen := map[string]int{}
+	for k := range m.Keys() {
+		seen[k]++
+		require.Equal(t, 1, seen[k], "key %s twice", k)
+	}
+	for k, v := range m.All() {
+		if k != "ttl-switch" {
+			all[k] = v
+		}
+	}
+	union := map[string][]byte{}
+	for _, mo := range models {
+		maps.Copy(union, mo)
+	}
+	require.Equal(t, union, all)
+}
+
+// Several goroutines churn their own keys in small tables, with and
+// without the deadline switch (which changes how inserts find a slot).
+func TestMapChurnAgainstModels(t *testing.T) {
+	for _, ttl := range []bool{false, true} {
+		for _, slots := range []int{8, 9, 16, 61} {
+			t.Run(fmt.Sprintf("slots%d-ttl%v", slots, ttl), func(t *testing.T) {
+				churnAgainstModels(t, slots, 4, slots/4+1, 3000, ttl)
+			})
+		}
+	}
+}
+
+// Random tags (padding past the last tag included), random slot headers
+// and a random probe limit and deadline switch: no operation may panic.
+func TestMapRandomCorruption(t *testing.T) {
+	for _, slots := range []int{5, 8, 9, 16} {
+		t.Run(strconv.Itoa(slots), func(t *testing.T) {
+			sz, err := MapBytes(WithSlots(slots), WithSlotSize(48), WithStripes(2))
+			require.NoError(t, err)
+			a, _ := tempArena(t, MinSize+sz)
+			m, err := a.Map("m", WithSlots(slots), WithSlotSize(48), WithStripes(2))
+			require.NoError(t, err)
+			r := rand.New(rand.NewPCG(uint64(slots), 1))
+			tags := []byte{0, 1, 2, 0xff}
+			for _, k := range []string{"key", "n", "other", "k\x00"} {
+				for _, kk := range []string{k, k + "2", k + "3"} {
+					tags = append(tags, tagOf(hashKey(kk)))
+				}
+			}
+			for round := 0; round < 300; round++ {
+				for i := m.tagBase; i < m.slotBase; i++ {
+					m.mem[i] = tags[r.IntN(len(tags))]
+				}
+				for i := uint64(0); i < m.slots; i++ {
+					off := m.slotOff(i)
+					mem.Store64(m.mem, off+sVersion, uint64(r.IntN(4))<<seqShift)
+					mem.Store64(m.mem, off+sMeta, r.Uint64()&0xffff00ff0000ff03)
+					mem.Store64(m.mem, off+sHash, r.Uint64())
+				}
+				mem.Store64(m.mem, m.base+mhMaxProbe, r.Uint64N(2*m.slots))
+				mem.Store64(m.mem, m.base+mhDeadlines, uint64(r.IntN(2)))
+				func() {
+					defer func() {
+						if p := recover(); p != nil {
+							t.Fatalf("slots %d round %d: %v", slots, round, p)
+						}
+					}()
+					exercise(m)
+				}()
+			}
+		})
+	}
+}
+
+// Keys stored once stay visible to lock-free readers while other
+// stripes' keys are stored, deleted and added to around and across their
+// slots, and the counter counts every Add.
+func TestMapStableKeysUnderChurn(t *testing.T) {
+	for _, slots := range []int{16, 24, 64} {
+		for _, ttl := range []bool{false, true} {
+			m := testMap(t, WithSlots(slots), WithSlotSize(64), WithStripes(8))
+			if ttl {
+				require.NoError(t, m.Store("ttl-switch", nil, WithTTL(time.Nanosecond)))
+			}
+			stable := map[string]string{}
+			for i := 0; len(stable) < slots/2; i++ {
+				k := "stable" + strconv.Itoa(i)
+				require.NoError(t, m.Store(k, []byte(k)))
+				stable[k] = k
+			}
+			_, err := m.Add("ctr", 0)
+			require.NoError(t, err)
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var adds atomic.Int64
+			for g := range 3 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; !stop.Load(); i++ {
+						k := fmt.Sprintf("churn%d-%d", g, i%7)
+						var opts []WriteOption
+						if ttl && i%3 == 0 {
+							opts = append(opts, WithTTL(time.Microsecond))
+						}
+						_ = m.Store(k, []byte(k), opts...)
+						m.Delete(fmt.Sprintf("churn%d-%d", g, (i+3)%7))
+						if _, err := m.Add("ctr", 1); err == nil {
+							adds.Add(1)
+						}
+					}
+				}()
+			}
+			var rwg sync.WaitGroup
+			for range 2 {
+				rwg.Add(1)
+				go func() {
+					defer rwg.Done()
+					for round := 0; round < 3000; round++ {
+						for k, want := range stable {
+							if got, ok := m.Load(k); !ok || string(got) != want {
+								t.Errorf("slots %d ttl %v round %d: %s = %q %v", slots, ttl, round, k, got, ok)
+								return
+							}
+						}
+					}
+				}()
+			}
+			rwg.Wait()
+			stop.Store(true)
+			wg.Wait()
+			n, ok := m.Counter("ctr")
+			require.True(t, ok)
+			require.Equal(t, adds.Load(), n)
+		}
+	}
+}
