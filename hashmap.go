@@ -563,7 +563,7 @@ const (
 // about as much as the instructions it runs, and the general search's
 // bounds checks and calls had doubled them. It decides only when the first
 // candidate among the eight tags from key's home is empty (a miss), or is
-// key's slot, at rest, not a counter, without a lapsed deadline (a hit).
+// key's slot, at rest, without a lapsed deadline (a hit).
 // Anything else is nearUnsure, and searchKey starts over.
 func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out []byte, r int) {
 	i := m.home(h)
@@ -587,15 +587,29 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 	ver := atomic.LoadUint64(&hdr[sVersion/8])
 	meta := atomic.LoadUint64(&hdr[sMeta/8])
 	kl := len(key)
-	if ver&1 != 0 || meta&0xffffffff != metaOf(stateLive, 0, kl, 0) ||
-		atomic.LoadUint64(&hdr[sHash/8]) != h || uint64(kl)+meta>>32 > uint64(m.maxPair) ||
-		!mem.EqualString(m.mem, off+sData, key) {
+	keyAt := off + sData
+	switch meta & 0xffffffff {
+	case metaOf(stateLive, 0, kl, 0):
+	case metaOf(stateLive, flagCounter, kl, 0): // the 8-byte value, then the key
+		if meta>>32 != 8 {
+			return v, dst, nearUnsure
+		}
+		keyAt += 8
+	default:
+		return v, dst, nearUnsure
+	}
+	if ver&1 != 0 || atomic.LoadUint64(&hdr[sHash/8]) != h ||
+		uint64(kl)+meta>>32 > uint64(m.maxPair) || !mem.EqualString(m.mem, keyAt, key) {
 		return v, dst, nearUnsure
 	}
 	deadline := int64(atomic.LoadUint64(&hdr[sDeadline/8]))
 	out = dst
 	if want {
-		out = mem.AppendBytes(dst, m.mem, off+sData+kl, int(meta>>32))
+		if keyAt == off+sData {
+			out = mem.AppendBytes(dst, m.mem, keyAt+kl, int(meta>>32))
+		} else {
+			out = m.appendValue(dst, off, meta)
+		}
 	}
 	if atomic.LoadUint64(&hdr[sVersion/8]) != ver || lapsed(deadline) {
 		return v, dst, nearUnsure

@@ -830,3 +830,28 @@ func TestMapInsertTakesFirstFreeSlot(t *testing.T) {
 		}
 	}
 }
+
+// readNear, the short read path, decides the common cases itself: a key
+// (plain or counter, with or without a deadline) alone in its window is a
+// hit, and an absent key whose home slot is empty is a miss. Anything it
+// sends to searchKey costs both paths.
+func TestReadNearDecidesCommonCases(t *testing.T) {
+	m := testMap(t, WithSlots(1024), WithSlotSize(64)) // MaxPair 32: the pairs below fill it
+	counter := "counter-0123456789abcdef"              // 24 bytes and the 8-byte value
+	require.NoError(t, m.Store("plain", []byte("a value of 27 bytes .......")))
+	require.NoError(t, m.Store("ttl", []byte("value"), WithTTL(time.Hour)))
+	_, err := m.Add(counter, 7)
+	require.NoError(t, err)
+	for _, k := range []string{"plain", "ttl", counter} {
+		h := hashKey(k)
+		require.LessOrEqual(t, m.home(h)+8, m.slots, "%s: pick another key, its home is at the table's end", k)
+		v, out, r := m.readNear(k, h, nil, true)
+		require.Equal(t, nearHit, r, k)
+		want, ok := m.Load(k)
+		require.True(t, ok)
+		require.Equal(t, want, out, k)
+		require.Equal(t, v.off, func() int { v, _, _ := m.searchKey(k, h, nil, false); return v.off }(), k)
+	}
+	_, _, r := m.readNear("absent", hashKey("absent"), nil, true)
+	require.Equal(t, nearMiss, r)
+}
