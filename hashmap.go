@@ -949,9 +949,6 @@ func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found b
 	return v, free, false
 }
 
-// seek finds key's slot holding its stripe, skipping foreign slots by
-// their tags as readKey does. A slot being written belongs to another
-// stripe's writer, so it is not the key's.
 // firstFree finds, by the tags, the first slot from h's home that is empty
 // or a tombstone, within the probe limit.
 func (m *Map) firstFree(h uint64) (view, bool) {
@@ -995,6 +992,9 @@ func (m *Map) nextFree(i, left uint64) (skip uint64, t byte) {
 	return left, 0
 }
 
+// seek finds key's slot holding its stripe, skipping foreign slots by
+// their tags as readKey does. A slot being written belongs to another
+// stripe's writer, so it is not the key's.
 func (m *Map) seek(key string, h uint64) (view, bool) {
 	i := m.home(h)
 	wantTag := tagOf(h)
