@@ -632,7 +632,7 @@ type regionSpec struct {
 // entry is published (state ready) only after its region is written.
 func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 	if err := layout.ValidateName(spec.name); err != nil {
-		return layout.Entry{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: %v", spec.name, ErrInvalid, err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -161,6 +163,7 @@ func TestBadFiles(t *testing.T) {
 			require.NoError(t, err)
 			_, err = Open(path)
 			require.ErrorIs(t, err, c.want)
+			requireOnePrefix(t, err)
 			after, err := os.ReadFile(path)
 			require.NoError(t, err)
 			require.Equal(t, before, after, "a refused file is left as it was")
@@ -556,4 +559,52 @@ func TestFailedCreatorNeverUnlinksABuiltArena(t *testing.T) {
 		require.NotZero(t, st.Nlink, "round %d: Open returned an arena whose file was removed", i)
 		require.NoError(t, a.Close())
 	}
+}
+
+// requireOnePrefix checks that err's message names the package once, at
+// the start, however many layers wrapped it.
+func requireOnePrefix(t *testing.T, err error) {
+	t.Helper()
+	require.Error(t, err)
+	msg := err.Error()
+	require.True(t, strings.HasPrefix(msg, "shmarena: "), "%q", msg)
+	require.Equal(t, 1, strings.Count(msg, "shmarena:"), "%q", msg)
+}
+
+func TestErrorMessagesHaveOnePrefix(t *testing.T) {
+	dir := t.TempDir()
+	_, err := Open(filepath.Join(dir, "small"), WithSize(1))
+	requireOnePrefix(t, err) // ErrInvalid
+	_, err = Open(filepath.Join(dir, "missing"))
+	requireOnePrefix(t, err) // os.ErrNotExist
+	require.NoError(t, os.Symlink(filepath.Join(dir, "x"), filepath.Join(dir, "link")))
+	_, err = Open(filepath.Join(dir, "link"), WithSize(MinSize))
+	requireOnePrefix(t, err) // ErrSymlink
+
+	a, _ := tempArena(t, 1<<20)
+	_, err = a.Map("", WithSlots(16))
+	requireOnePrefix(t, err) // ErrInvalid: the name
+	_, err = a.Map("m", WithSlots(0))
+	requireOnePrefix(t, err) // ErrInvalid: the shape
+	m, err := a.Map("m", WithSlots(16), WithSlotSize(64))
+	require.NoError(t, err)
+	_, err = a.Map("m", WithSlots(32), WithSlotSize(64))
+	requireOnePrefix(t, err) // ErrShape
+	_, err = a.Map("huge", WithSlots(1<<20))
+	requireOnePrefix(t, err)                            // ErrArenaFull
+	requireOnePrefix(t, m.Store("", nil))               // ErrEmptyKey
+	requireOnePrefix(t, m.Store("k", make([]byte, 64))) // ErrTooLarge
+	require.NoError(t, m.Store("k", []byte("v")))
+	_, err = m.Add("k", 1)
+	requireOnePrefix(t, err) // ErrNotCounter
+	for i := 0; err == nil || !errors.Is(err, ErrFull); i++ {
+		err = m.Store(strconv.Itoa(i), nil)
+	}
+	requireOnePrefix(t, err) // ErrFull
+	r, err := a.Ring("r", WithSlots(16), WithSlotSize(64))
+	require.NoError(t, err)
+	_, err = r.Publish("t", make([]byte, 64))
+	requireOnePrefix(t, err) // ErrTooLarge
+	require.NoError(t, a.Close())
+	requireOnePrefix(t, m.Store("k", nil)) // ErrClosed
 }

@@ -4,65 +4,67 @@ import "errors"
 
 // Sentinel errors. Every error the package returns wraps one of these (or
 // an error from the operating system, such as os.ErrNotExist or
-// syscall.ENOSPC) with context, so test them with errors.Is.
+// syscall.ENOSPC) with context, so test them with errors.Is. A returned
+// error's message starts with "shmarena: " once; the sentinels' own texts
+// carry no prefix, except ErrClosed's, which is returned as it is.
 var (
 	// ErrClosed is returned by every method of an arena, and of the maps,
 	// rings and groups carved from it, after the arena's Close.
 	ErrClosed = errors.New("shmarena: arena is closed")
 
 	// ErrNotArena means the file does not start with the arena magic.
-	ErrNotArena = errors.New("shmarena: not an arena file")
+	ErrNotArena = errors.New("not an arena file")
 
 	// ErrIncompatible means the file is an arena of another layout version,
 	// byte order or word size than this build writes.
-	ErrIncompatible = errors.New("shmarena: incompatible arena file")
+	ErrIncompatible = errors.New("incompatible arena file")
 
 	// ErrSizeMismatch means the size asked for with WithSize differs from
 	// the arena's, or the file's length differs from its header.
-	ErrSizeMismatch = errors.New("shmarena: arena size mismatch")
+	ErrSizeMismatch = errors.New("arena size mismatch")
 
 	// ErrCorrupt means a field read from the file is out of range or
 	// inconsistent, or a stored value does not decode.
-	ErrCorrupt = errors.New("shmarena: corrupt arena data")
+	ErrCorrupt = errors.New("corrupt arena data")
 
 	// ErrSymlink means the arena path is a symbolic link, which Open refuses
 	// so that nobody can redirect another process's arena. Only the last
 	// element is checked (O_NOFOLLOW): directories above it are trusted,
 	// so keep arenas in a directory only their users can write.
-	ErrSymlink = errors.New("shmarena: arena path is a symbolic link")
+	ErrSymlink = errors.New("arena path is a symbolic link")
 
 	// ErrShape means a region exists under the name asked for but with
 	// another kind or shape; the message names the field that differs.
-	ErrShape = errors.New("shmarena: region exists with another shape")
+	ErrShape = errors.New("region exists with another shape")
 
 	// ErrArenaFull means the arena has no room for a new region, in bytes
 	// or in directory entries; the message gives what was needed and free.
-	ErrArenaFull = errors.New("shmarena: arena is full")
+	ErrArenaFull = errors.New("arena is full")
 
 	// ErrEmptyKey is returned for a zero-length key.
-	ErrEmptyKey = errors.New("shmarena: empty key")
+	ErrEmptyKey = errors.New("empty key")
 
 	// ErrTooLarge means a key and value (or a record) do not fit one slot.
-	ErrTooLarge = errors.New("shmarena: too large for a slot")
+	ErrTooLarge = errors.New("too large for a slot")
 
 	// ErrFull means the map has no free slot for a new key. Overwriting a
 	// key that is present never returns it.
-	ErrFull = errors.New("shmarena: map is full")
+	ErrFull = errors.New("map is full")
 
 	// ErrNotCounter means Add met a key holding a value that is not a
 	// counter; the value is left as it was.
-	ErrNotCounter = errors.New("shmarena: value is not a counter")
+	ErrNotCounter = errors.New("value is not a counter")
 
 	// ErrEncoded means a byte-level counter operation was asked of a map
 	// that holds msgpack-encoded values.
-	ErrEncoded = errors.New("shmarena: map holds encoded values")
+	ErrEncoded = errors.New("map holds encoded values")
 
 	// ErrEncode means a value could not be encoded with msgpack.
-	ErrEncode = errors.New("shmarena: cannot encode value")
+	ErrEncode = errors.New("cannot encode value")
 
 	// ErrTooManyGroups means a ring's table of consumer groups is full.
-	ErrTooManyGroups = errors.New("shmarena: too many groups")
+	ErrTooManyGroups = errors.New("too many groups")
 
 	// ErrInvalid means an option or argument is out of range.
-	ErrInvalid = errors.New("shmarena: invalid argument")
+	ErrInvalid = errors.New("invalid argument")
 )
