@@ -150,8 +150,11 @@ func Open(path string, opts ...OpenOption) (*Arena, error) {
 			return nil, fmt.Errorf("shmarena: open %s: no arena there and no WithSize to create one: %w", path, os.ErrNotExist)
 		}
 		a, err := create(path, cfg)
-		if errors.Is(err, unix.EEXIST) && attempt < 3 {
-			continue // another process created it first: attach
+		if errors.Is(err, unix.EEXIST) {
+			if attempt < 3 {
+				continue // another process created it first: attach
+			}
+			err = fmt.Errorf("shmarena: create %s: %w", path, err) // it kept coming and going
 		}
 		return a, err
 	}
@@ -290,23 +293,23 @@ func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	fd := int(f.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
 	}
 	if st.Nlink == 0 && path != "" {
 		return nil, errUnlinked
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("shmarena: open %s: %w: not a regular file", path, ErrNotArena)
+		return nil, fmt.Errorf("shmarena: open %s: %w: not a regular file", describePath(path), ErrNotArena)
 	}
 	if st.Size == 0 || st.Size < MinSize {
 		if st.Size == 0 && cfg.size != 0 && st.Uid == uint32(os.Geteuid()) {
 			// A creator died before reserving: finish its job.
 			return initFile(f, path, cfg)
 		}
-		return nil, fmt.Errorf("shmarena: open %s: %w: file is %d bytes, smaller than an arena header (%d); remove it", path, ErrNotArena, st.Size, MinSize)
+		return nil, fmt.Errorf("shmarena: open %s: %w: file is %d bytes, smaller than an arena header (%d); remove it", describePath(path), ErrNotArena, st.Size, MinSize)
 	}
 	if st.Size > int64(^uint(0)>>1) {
-		return nil, fmt.Errorf("shmarena: open %s: %w: %d bytes do not fit this platform's address space", path, ErrIncompatible, st.Size)
+		return nil, fmt.Errorf("shmarena: open %s: %w: %d bytes do not fit this platform's address space", describePath(path), ErrIncompatible, st.Size)
 	}
 	b, err := mapping.Map(fd, int(st.Size))
 	if err != nil {
@@ -319,7 +322,7 @@ func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	}
 	if err := validate(b, st.Size, cfg.size); err != nil {
 		_ = mapping.Unmap(b)
-		return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
 	}
 	a := &Arena{f: f, path: path, mem: b, self: proc.Self(), slot: -1}
 	if boot := proc.BootID(); layout.ReadHeader(b).BootID != boot {

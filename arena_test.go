@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -580,6 +581,14 @@ func TestErrorMessagesHaveOnePrefix(t *testing.T) {
 	require.NoError(t, os.Symlink(filepath.Join(dir, "x"), filepath.Join(dir, "link")))
 	_, err = Open(filepath.Join(dir, "link"), WithSize(MinSize))
 	requireOnePrefix(t, err) // ErrSymlink
+	junk := filepath.Join(dir, "junk")
+	require.NoError(t, os.WriteFile(junk, make([]byte, 100), 0o600))
+	f, err := os.OpenFile(junk, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = OpenFile(f)
+	requireOnePrefix(t, err) // ErrNotArena, through a descriptor
+	require.Contains(t, err.Error(), "open the arena's file descriptor:")
 
 	a, _ := tempArena(t, 1<<20)
 	_, err = a.Map("", WithSlots(16))
@@ -607,4 +616,42 @@ func TestErrorMessagesHaveOnePrefix(t *testing.T) {
 	requireOnePrefix(t, err) // ErrTooLarge
 	require.NoError(t, a.Close())
 	requireOnePrefix(t, m.Store("k", nil)) // ErrClosed
+}
+
+// Open racing with someone creating and removing the path: every error must
+// carry the prefix.
+func TestOpenRacingCreateRemoveErrorPrefix(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a")
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+			if err == nil {
+				f.Close()
+			}
+			os.Remove(p)
+		}
+	}()
+	seen := map[string]int{}
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		a, err := Open(p, WithSize(MinSize))
+		if err == nil {
+			a.Close()
+			continue
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "shmarena: ") || strings.Count(msg, "shmarena:") != 1 {
+			seen[msg]++
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	for msg, n := range seen {
+		t.Errorf("%d x %q", n, msg)
+	}
 }

@@ -6,7 +6,8 @@ import "errors"
 // an error from the operating system, such as os.ErrNotExist or
 // syscall.ENOSPC) with context, so test them with errors.Is. A returned
 // error's message starts with "shmarena: " once; the sentinels' own texts
-// carry no prefix, except ErrClosed's, which is returned as it is.
+// carry no prefix, except ErrClosed's, which is returned as it is. The one
+// exception is a Wait method's ctx.Err(), returned as it is.
 var (
 	// ErrClosed is returned by every method of an arena, and of the maps,
 	// rings and groups carved from it, after the arena's Close.
