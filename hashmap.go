@@ -1060,7 +1060,7 @@ func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
 	if free.off < 0 {
 		return 0, false, false
 	}
-	i := uint64(free.off-m.slotBase) / uint64(m.slotSize)
+	i := m.slotIndex(free.off)
 	intent := m.lockOff(s) + 8
 	for probes := uint64(0); probes < m.slots; probes++ {
 		off := m.slotOff(i)
@@ -1097,7 +1097,7 @@ func (m *Map) begin(s uint64, v view) {
 // recoverer should the holder die; the version change that follows orders
 // it.
 func (m *Map) setIntent(s uint64, off int) {
-	i := uint64(off-m.slotBase) / uint64(m.slotSize)
+	i := m.slotIndex(off)
 	mem.Put64(m.mem, m.lockOff(s)+8, i+1)
 }
 
@@ -1604,7 +1604,7 @@ func hintOf(h uint64, i uint64) uint64 { return h<<32 | (i + 1) }
 // once each and keep replacing each other's hints, cost more than the
 // hint saved.
 func (m *Map) noteHint(h uint64, off int) {
-	i := uint64(off-m.slotBase) / uint64(m.slotSize)
+	i := m.slotIndex(off)
 	if e := hintIndex(h) * 8; mem.Load64(m.counterHints, int(e)) != hintOf(h, i) {
 		mem.Put64(m.counterHints, int(e), hintOf(h, i))
 	}
