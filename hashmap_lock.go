@@ -1,0 +1,123 @@
+package shmarena
+
+import (
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/rlock"
+)
+
+// This file: locking and recovery.
+
+// lock takes stripe s for a write, or returns false after Close. It
+// counts the write in flight first (see Arena.enter), so Close never
+// retires the mapping under a lock held in the file.
+func (m *Map) lock(s uint64) bool {
+	if !m.a.enter(s) {
+		return false
+	}
+	for rlock.Acquire(m.mem, m.lockOff(s), m.a.self) {
+		m.afterTakeover(s)
+	}
+	return true
+}
+
+// unlock releases a stripe taken by lock.
+func (m *Map) unlock(s uint64) {
+	m.release(s)
+	m.a.exit(s)
+}
+
+// release frees stripe s without ending an operation.
+func (m *Map) release(s uint64) { rlock.Release(m.mem, m.lockOff(s)) }
+
+// repairDead takes over stripe s from a dead owner if it can, repairs it
+// and releases it.
+func (m *Map) repairDead(s uint64) {
+	if !m.a.enter(s) {
+		return
+	}
+	defer m.a.exit(s)
+	if ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self); ok {
+		if recovered {
+			m.afterTakeover(s)
+			return
+		}
+		m.release(s)
+	}
+}
+
+// afterTakeover runs holding stripe s just taken from a dead owner: it
+// repairs the slot the owner was writing, releases s, and recounts.
+func (m *Map) afterTakeover(s uint64) {
+	m.repairStripe(s)
+	mem.Add64(m.mem, m.base+mhRecoveries, 1)
+	m.release(s)
+	m.recount()
+}
+
+// repairStripe makes the slot a dead holder of s was writing a tombstone.
+func (m *Map) repairStripe(s uint64) {
+	intent := m.lockOff(s) + 8
+	idx := mem.Load64(m.mem, intent)
+	crashPoint("recover")
+	if idx != 0 && idx <= m.slots {
+		off := m.slotOff(idx - 1)
+		ver := mem.Load64(m.mem, off+sVersion)
+		if ver&1 != 0 && ver>>1&(1<<(seqShift-1)-1) == s {
+			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
+			mem.Store64(m.mem, off+sDeadline, 0)
+			m.setTag(idx-1, tagTombstone) // while odd, as remove does
+			mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
+		}
+	}
+	mem.Store64(m.mem, intent, 0)
+}
+
+// recount takes every stripe in order (so two recounters cannot deadlock),
+// recomputes used and tombstones from the slots, and releases them.
+func (m *Map) recount() {
+	for s := uint64(0); s < m.stripes; s++ {
+		// Try first: a stripe a dead process holds is taken over at once,
+		// not after Acquire's patience, so a recount over many stripes
+		// left held by a dying recoverer stays well inside a second.
+		ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self)
+		if !ok {
+			recovered = rlock.Acquire(m.mem, m.lockOff(s), m.a.self)
+		}
+		if recovered {
+			m.repairStripe(s)
+			mem.Add64(m.mem, m.base+mhRecoveries, 1)
+		}
+	}
+	crashPoint("recount")
+	m.count()
+	for s := uint64(0); s < m.stripes; s++ {
+		m.release(s)
+	}
+}
+
+// count recomputes the used and tombstone counts; with every stripe held
+// no slot may be mid-write, so an odd slot is a leftover and is repaired.
+func (m *Map) count() {
+	var used, tomb uint64
+	for i := uint64(0); i < m.slots; i++ {
+		off := m.slotOff(i)
+		ver := mem.Load64(m.mem, off+sVersion)
+		if ver&1 != 0 {
+			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
+			m.setTag(i, tagTombstone)
+			mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
+		}
+		switch metaState(mem.Load64(m.mem, off+sMeta)) {
+		case stateLive:
+			used++
+		case stateTombstone:
+			tomb++
+		}
+	}
+	for s := uint64(0); s < m.stripes; s++ {
+		mem.Store64(m.mem, m.lockOff(s)+stUsed, 0)
+		mem.Store64(m.mem, m.lockOff(s)+stTomb, 0)
+	}
+	mem.Store64(m.mem, m.lockOff(0)+stUsed, used)
+	mem.Store64(m.mem, m.lockOff(0)+stTomb, tomb)
+}

@@ -1,0 +1,366 @@
+package shmarena
+
+import (
+	"encoding/binary"
+	"iter"
+	"runtime"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/shmarena/shmarena/internal/mem"
+)
+
+// This file: public operations.
+
+// Store sets key to value, replacing any entry and its deadline (with
+// WithTTL a new one, else none; WithKeepTTL keeps the current one), as
+// Redis SET does. Errors: ErrEmptyKey, ErrTooLarge (len(key)+len(value) >
+// MaxPair), ErrFull (new key, no free slot; counted in Stats.Full),
+// ErrClosed. A refused write changes nothing. The value is copied.
+func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
+	if err := m.check(key, len(value)); err != nil {
+		return err
+	}
+	c := writeOpts(opts)
+	h := hashKey(key)
+	s := m.stripeOf(h)
+	if !m.lock(s) {
+		return ErrClosed
+	}
+	defer m.unlock(s)
+	return m.storeLocked(s, key, h, value, c, nil)
+}
+
+// storeLocked stores value for key holding stripe s. With previous not
+// nil, it sets *previous to a copy of the live value it replaces (non-nil,
+// if empty), read after pinning a counter (see pin).
+func (m *Map) storeLocked(s uint64, key string, h uint64, value []byte, c writeConfig, previous *[]byte) error {
+	v, free, found := m.locate(key, h, s)
+	live := found && !lapsed(v.deadline)
+	if found && !live {
+		m.stat(mhExpired)
+	}
+	if live && previous != nil {
+		m.pin(s, v) // put begins the same slot again: a no-op
+		*previous = m.appendValue([]byte{}, v.off, v.meta)
+	}
+	e := entry{key: key, h: h, val: value, deadline: deadlineFor(c, v, live)}
+	return m.put(s, &e, v, free, found)
+}
+
+// Load returns a copy of key's value and true, or nil and false when the
+// key is absent, lapsed, busy (see Stats.Busy) or the arena is closed. A
+// counter reads as its 8-byte little-endian value. Lock-free.
+func (m *Map) Load(key string) ([]byte, bool) {
+	v, ok := m.AppendLoad(nil, key)
+	if ok && v == nil {
+		v = []byte{}
+	}
+	return v, ok
+}
+
+// AppendLoad appends key's value to dst and returns the extended slice and
+// true; on a miss it returns dst unchanged and false. It allocates only if
+// dst lacks capacity. Lock-free; the same misses as Load.
+func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
+	if key == "" || m.a.closed.Load() {
+		return dst, false
+	}
+	_, out, ok := m.readKey(key, hashKey(key), dst, true)
+	return out, ok
+}
+
+// Exists reports whether key is present and not lapsed. Lock-free.
+func (m *Map) Exists(key string) bool {
+	if key == "" || m.a.closed.Load() {
+		return false
+	}
+	_, _, ok := m.readKey(key, hashKey(key), nil, false)
+	return ok
+}
+
+// Delete removes key and reports whether it was present (a lapsed entry is
+// collected but reports false). False after Close.
+func (m *Map) Delete(key string) bool {
+	_, ok := m.loadAndDelete(key, false)
+	return ok
+}
+
+// LoadAndDelete removes key and returns the value it had, as sync.Map's
+// LoadAndDelete does.
+func (m *Map) LoadAndDelete(key string) (value []byte, loaded bool) {
+	return m.loadAndDelete(key, true)
+}
+
+func (m *Map) loadAndDelete(key string, load bool) (value []byte, loaded bool) {
+	if key == "" || m.a.closed.Load() {
+		return nil, false
+	}
+	h := hashKey(key)
+	s := m.stripeOf(h)
+	if !m.lock(s) {
+		return nil, false
+	}
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if !found {
+		return nil, false
+	}
+	if lapsed(v.deadline) {
+		m.remove(s, v)
+		m.stat(mhExpired)
+		return nil, false
+	}
+	if load {
+		m.pin(s, v)
+		value = m.appendValue([]byte{}, v.off, v.meta)
+	}
+	m.remove(s, v)
+	return value, true
+}
+
+// LoadOrStore returns the existing value for key (loaded true) if present,
+// else stores value with opts and returns it (loaded false), as sync.Map's
+// LoadOrStore does. Errors as for Store; on error nothing changes.
+func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual []byte, loaded bool, err error) {
+	if err := m.check(key, len(value)); err != nil {
+		return nil, false, err
+	}
+	h := hashKey(key)
+	s := m.stripeOf(h)
+	if !m.lock(s) {
+		return nil, false, ErrClosed
+	}
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if found && !lapsed(v.deadline) {
+		return m.appendValue([]byte{}, v.off, v.meta), true, nil
+	}
+	if err := m.storeLocked(s, key, h, value, writeOpts(opts), nil); err != nil {
+		return nil, false, err
+	}
+	return value, false, nil
+}
+
+// Swap stores value for key and returns the previous value, if any, as
+// sync.Map's Swap does. Options and errors as for Store.
+func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []byte, loaded bool, err error) {
+	if err := m.check(key, len(value)); err != nil {
+		return nil, false, err
+	}
+	h := hashKey(key)
+	s := m.stripeOf(h)
+	if !m.lock(s) {
+		return nil, false, ErrClosed
+	}
+	defer m.unlock(s)
+	if err := m.storeLocked(s, key, h, value, writeOpts(opts), &previous); err != nil {
+		return nil, false, err
+	}
+	return previous, previous != nil, nil
+}
+
+// CompareAndSwap stores new for key if its value equals old byte for byte,
+// keeping the entry's deadline, and reports whether it swapped. An absent
+// key never matches. A counter compares as its 8-byte little-endian value
+// and stops being a counter when swapped. Errors: ErrTooLarge for new,
+// ErrEmptyKey, ErrClosed.
+func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err error) {
+	if err := m.check(key, len(new)); err != nil {
+		return false, err
+	}
+	h := hashKey(key)
+	s := m.stripeOf(h)
+	if !m.lock(s) {
+		return false, ErrClosed
+	}
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) || !m.pinEqual(s, v, old) {
+		return false, nil
+	}
+	m.begin(s, v)
+	m.fill(v.off, &entry{key: key, h: h, val: new, deadline: v.deadline})
+	m.end(v.off)
+	m.clearIntent(s)
+	return true, nil
+}
+
+// CompareAndDelete deletes key if its value equals old and reports
+// whether it did. False after Close.
+func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
+	if key == "" || m.a.closed.Load() {
+		return false
+	}
+	h := hashKey(key)
+	s := m.stripeOf(h)
+	if !m.lock(s) {
+		return false
+	}
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) || !m.pinEqual(s, v, old) {
+		return false
+	}
+	m.remove(s, v)
+	return true
+}
+
+// pin begins the slot of v, found holding stripe s, when it is a counter,
+// which lock-free adders may change (see addInPlace): a write decided by a
+// counter's value must read the value after shutting them out, and only an
+// odd version does. It pins whether or not this process can add lock-free:
+// the adders may be other processes (another build, or one run with
+// GODEBUG=cpu.cx16=off). begin's exchange is a full barrier, so a value
+// read after it holds every add that landed and no add lands later. The
+// write that follows begins the slot again, which stores the same version
+// and intent, and ends it.
+func (m *Map) pin(s uint64, v view) {
+	if metaFlags(v.meta)&flagCounter != 0 {
+		m.begin(s, v)
+	}
+}
+
+// pinEqual pins v, for a write to follow, if its value still equals b, and
+// reports whether it did. A value that is no counter cannot change under
+// the stripe lock, so it is not read again. A counter is pinned and
+// compared in one CAS128 of its version and value where it can be, so a
+// compare that fails writes nothing; elsewhere the slot is begun, compared
+// and, on a difference, ended unchanged (a process killed in that window
+// leaves the counter absent, as one killed mid-write does).
+func (m *Map) pinEqual(s uint64, v view, b []byte) bool {
+	if metaFlags(v.meta)&flagCounter == 0 {
+		return true
+	}
+	if mem.HasCAS128 && (v.off+sVersion)&15 == 0 && len(b) == 8 {
+		m.setIntent(s, v.off)
+		n := binary.LittleEndian.Uint64(b)
+		if mem.CAS128(m.mem, v.off+sVersion, v.ver, n, m.begun(v.ver, s), n) {
+			return true
+		}
+		m.clearIntent(s)
+		return false
+	}
+	m.begin(s, v)
+	if !m.valueEqual(v, b) {
+		m.end(v.off)
+		m.clearIntent(s)
+		return false
+	}
+	return true
+}
+
+func (m *Map) valueEqual(v view, b []byte) bool {
+	if metaValLen(v.meta) != len(b) {
+		return false
+	}
+	if metaFlags(v.meta)&flagCounter != 0 {
+		var w [8]byte
+		return string(m.appendValue(w[:0], v.off, v.meta)) == string(b)
+	}
+	return mem.Equal(m.mem, v.off+sData+metaKeyLen(v.meta), b)
+}
+
+// Redis PERSIST does) and reports whether the key was present.
+func (m *Map) Expire(key string, ttl time.Duration) bool {
+	if key == "" || m.a.closed.Load() {
+		return false
+	}
+	h := hashKey(key)
+	s := m.stripeOf(h)
+	if !m.lock(s) {
+		return false
+	}
+	defer m.unlock(s)
+	v, found := m.find(key, h)
+	if !found || lapsed(v.deadline) {
+		return false
+	}
+	var d int64
+	if ttl > 0 {
+		d = deadlineAfter(ttl)
+		m.noteDeadlines()
+	}
+	m.begin(s, v)
+	mem.Store64(m.mem, v.off+sDeadline, uint64(d))
+	m.end(v.off)
+	m.clearIntent(s)
+	return true
+}
+
+// TTL returns how long key has left and true; 0 and true for a key with
+// no deadline; 0 and false when absent. Lock-free.
+func (m *Map) TTL(key string) (time.Duration, bool) {
+	if key == "" || m.a.closed.Load() {
+		return 0, false
+	}
+	v, _, ok := m.readKey(key, hashKey(key), nil, false)
+	if !ok {
+		return 0, false
+	}
+	if v.deadline == 0 {
+		return 0, true
+	}
+	return max(time.Duration(v.deadline-now()), 1), true
+}
+
+// All returns an iterator over the live entries in table order, yielding
+// each key with a copy of its value. It is a walk, not a snapshot and not a
+// lock: each entry is read consistently, but entries stored or deleted
+// while it runs may or may not appear, and unlike sync.Map.Range a key
+// deleted and stored again during the walk (which may move it further
+// along its probe chain) can be yielded twice. Empty after Close.
+func (m *Map) All() iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		m.walk(func(key string, off int, meta uint64) bool {
+			v, val, ok := m.readKey(key, hashKey(key), []byte{}, true)
+			return !ok || v.off != off || yield(key, val)
+		})
+	}
+}
+
+// Keys returns an iterator over the live keys, with All's rules.
+func (m *Map) Keys() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		m.walk(func(key string, off int, meta uint64) bool { return yield(key) })
+	}
+}
+
+// walk calls fn with each live, unlapsed, consistently read key.
+func (m *Map) walk(fn func(key string, off int, meta uint64) bool) {
+	var kb []byte
+	for i := uint64(0); i < m.slots; i++ {
+		if m.a.closed.Load() {
+			return
+		}
+		off := m.slotOff(i)
+		for tries := 0; tries < readRetries; tries++ {
+			ver := mem.Load64(m.mem, off+sVersion)
+			if ver&1 != 0 {
+				runtime.Gosched()
+				continue
+			}
+			meta := mem.Load64(m.mem, off+sMeta)
+			if metaState(meta) != stateLive || !m.valid(meta) {
+				if mem.Load64(m.mem, off+sVersion) != ver {
+					continue
+				}
+				break
+			}
+			kb = mem.AppendBytes(kb[:0], m.mem, keyOff(off, meta), metaKeyLen(meta))
+			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			if mem.Load64(m.mem, off+sVersion) != ver {
+				continue
+			}
+			if lapsed(deadline) {
+				break
+			}
+			if !fn(string(kb), off, meta) {
+				return
+			}
+			break
+		}
+	}
+}
+
+func hashKey(key string) uint64 { return xxhash.Sum64String(key) }

@@ -1,0 +1,255 @@
+package shmarena
+
+import (
+	"math/bits"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/rlock"
+)
+
+// This file: the lock-free read.
+
+// A view is what one consistent read of a slot saw.
+type view struct {
+	off      int
+	ver      uint64
+	meta     uint64
+	deadline int64
+}
+
+// readKey finds key and, when dst is not nil, appends its value. It takes
+// no lock. found is false for an absent or lapsed key, and also for a busy
+// one (counted in Busy) or a slot whose writer died (repair is started).
+func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+	switch v, out, r := m.readNear(key, h, dst, want); r {
+	case nearHit:
+		return v, out, true
+	case nearMiss:
+		return v, dst, false
+	}
+	return m.searchKey(key, h, dst, want)
+}
+
+// What readNear found.
+const (
+	nearUnsure = iota // searchKey must decide
+	nearHit
+	nearMiss
+)
+
+// readNear is readKey's common case in few instructions: a lookup costs
+// about as much as the instructions it runs, and the general search's
+// bounds checks and calls had doubled them. It decides only when the first
+// candidate among the eight tags from key's home is empty (a miss), or is
+// key's slot, at rest, without a lapsed deadline (a hit).
+// Anything else is nearUnsure, and searchKey starts over.
+func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out []byte, r int) {
+	i := m.home(h)
+	if i+8 > m.slots { // the window would pass the last tag (or a table of under 8 slots)
+		return v, dst, nearUnsure
+	}
+	w := mem.Load8(m.mem, m.tagBase+int(i))
+	t := tagOf(h)
+	d := uint64(bits.TrailingZeros64(bytesBelow(w, tagUnknown+1)|bytesEqual(w, t))) / 8
+	if d == 8 {
+		return v, dst, nearUnsure
+	}
+	if first := byte(w >> (d * 8)); first != t {
+		if first == 0 {
+			return v, dst, nearMiss
+		}
+		return v, dst, nearUnsure
+	}
+	off := m.slotOff(i + d)
+	hdr := mem.Words4(m.mem, off)
+	ver := atomic.LoadUint64(&hdr[sVersion/8])
+	meta := atomic.LoadUint64(&hdr[sMeta/8])
+	kl := len(key)
+	keyAt := off + sData
+	switch meta & 0xffffffff {
+	case metaOf(stateLive, 0, kl, 0):
+	case metaOf(stateLive, flagCounter, kl, 0): // the 8-byte value, then the key
+		if meta>>32 != 8 {
+			return v, dst, nearUnsure
+		}
+		keyAt += 8
+	default:
+		return v, dst, nearUnsure
+	}
+	if ver&1 != 0 || atomic.LoadUint64(&hdr[sHash/8]) != h ||
+		uint64(kl)+meta>>32 > uint64(m.maxPair) || !mem.EqualString(m.mem, keyAt, key) {
+		return v, dst, nearUnsure
+	}
+	deadline := int64(atomic.LoadUint64(&hdr[sDeadline/8]))
+	out = dst
+	if want {
+		if keyAt == off+sData {
+			out = mem.AppendBytes(dst, m.mem, keyAt+kl, int(meta>>32))
+		} else {
+			out = m.appendValue(dst, off, meta)
+		}
+	}
+	if atomic.LoadUint64(&hdr[sVersion/8]) != ver || lapsed(deadline) {
+		return v, dst, nearUnsure
+	}
+	return view{off: off, ver: ver, meta: meta, deadline: deadline}, out, nearHit
+}
+
+// searchKey is readKey's general search: it probes up to the probe limit,
+// waits out writers, and collects a lapsed entry.
+func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+	n0 := len(dst)
+	i := m.home(h)
+	wantTag := tagOf(h)
+	for left := m.probeLimit(); left > 0; left-- {
+		skip, t := m.nextCandidate(i, left, wantTag)
+		if skip == left || t == 0 {
+			return v, dst, false
+		}
+		i, left = m.wrapAdd(i, skip), left-skip
+		off := m.slotOff(i)
+		for tries := 0; ; tries++ {
+			if tries == readRetries {
+				m.stat(mhBusy)
+				return v, dst, false
+			}
+			ver := mem.Load64(m.mem, off+sVersion)
+			if ver&1 != 0 {
+				if !m.awaitWriter(off, ver) {
+					return v, dst, false
+				}
+				continue
+			}
+			meta := mem.Load64(m.mem, off+sMeta)
+			st := metaState(meta)
+			isKey := m.holds(off, meta, key, h)
+			if !isKey {
+				if mem.Load64(m.mem, off+sVersion) != ver {
+					continue
+				}
+				if st == stateEmpty {
+					return v, dst, false
+				}
+				break
+			}
+			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			if want {
+				dst = m.appendValue(dst[:n0], off, meta)
+			}
+			if mem.Load64(m.mem, off+sVersion) != ver {
+				continue
+			}
+			v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+			if lapsed(deadline) {
+				m.collect(key, h)
+				return v, dst[:n0], false
+			}
+			return v, dst, true
+		}
+		i = m.wrapAdd(i, 1)
+	}
+	return v, dst, false
+}
+
+// probeLimit bounds a search for a key: no key sits further than the
+// longest distance any insert went from its home slot. It keeps a miss
+// short in a table whose empty slots have all become tombstones.
+func (m *Map) probeLimit() uint64 {
+	return min(mem.Load64(m.mem, m.base+mhMaxProbe), m.slots-1) + 1
+}
+
+// noteDistance raises the longest probe distance to cover slot i of a key
+// whose home is home, before the key is published.
+func (m *Map) noteDistance(home, i uint64) {
+	d := (i + m.slots - home) % m.slots
+	for {
+		cur := mem.Load64(m.mem, m.base+mhMaxProbe)
+		if cur >= d || mem.CAS64(m.mem, m.base+mhMaxProbe, cur, d) {
+			return
+		}
+	}
+}
+
+func (m *Map) appendValue(dst []byte, off int, meta uint64) []byte {
+	if metaFlags(meta)&flagCounter != 0 {
+		c := mem.Load64(m.mem, off+sData)
+		return append(dst, byte(c), byte(c>>8), byte(c>>16), byte(c>>24),
+			byte(c>>32), byte(c>>40), byte(c>>48), byte(c>>56))
+	}
+	return mem.AppendBytes(dst, m.mem, off+sData+metaKeyLen(meta), metaValLen(meta))
+}
+
+// awaitWriter waits for a slot being written to settle. It returns false
+// when the reader should give up: the writer died (the key reads as absent
+// and repair is started), or it kept writing past oddPatience (busy).
+func (m *Map) awaitWriter(off int, ver uint64) bool {
+	var start time.Time
+	checked := false
+	for spin := 0; ; spin++ {
+		if mem.Load64(m.mem, off+sVersion) != ver {
+			return true
+		}
+		if spin < 64 {
+			continue
+		}
+		runtime.Gosched()
+		if spin%64 != 0 {
+			continue
+		}
+		if start.IsZero() {
+			start = time.Now()
+			continue
+		}
+		waited := time.Since(start)
+		if waited > oddCheckAfter && !checked {
+			checked = true
+			s := ver >> 1 & (1<<(seqShift-1) - 1)
+			if s >= m.stripes {
+				return false // not a version this map writes: corrupt
+			}
+			if !rlockOwnerAlive(m.mem, m.lockOff(s)) {
+				m.repairDead(s)
+				return mem.Load64(m.mem, off+sVersion) != ver
+			}
+		}
+		if waited > oddPatience {
+			m.stat(mhBusy)
+			return false
+		}
+	}
+}
+
+// aliveFn is proc.Alive; a variable so tests can fake a dead owner.
+var aliveFn = proc.Alive
+
+func rlockOwnerAlive(b []byte, off int) bool {
+	o := rlock.Owner(b, off)
+	return o != 0 && aliveFn(o)
+}
+
+// collect turns key's lapsed entry into a tombstone if its stripe is free
+// right now; a busy stripe means a writer is there and will see it.
+func (m *Map) collect(key string, h uint64) {
+	s := m.stripeOf(h)
+	if !m.a.enter(s) {
+		return
+	}
+	defer m.a.exit(s)
+	ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self)
+	if !ok {
+		return
+	}
+	if recovered {
+		m.afterTakeover(s)
+		return
+	}
+	if v, found := m.find(key, h); found && lapsed(v.deadline) {
+		m.remove(s, v)
+		m.stat(mhExpired)
+	}
+	m.release(s)
+}
