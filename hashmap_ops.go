@@ -261,6 +261,7 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 	return mem.Equal(m.mem, v.off+sData+metaKeyLen(v.meta), b)
 }
 
+// Expire sets key's deadline to ttl from now (ttl <= 0 removes it, as
 // Redis PERSIST does) and reports whether the key was present.
 func (m *Map) Expire(key string, ttl time.Duration) bool {
 	if key == "" || m.a.closed.Load() {
