@@ -12,7 +12,7 @@ import (
 	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mapping"
 	"github.com/shmarena/shmarena/internal/mem"
-	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/owner"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,8 +30,10 @@ type Arena struct {
 	path   string
 	mem    []byte
 	closed atomic.Bool
-	self   proc.Token
-	slot   int // process-table slot this handle registered in, or -1
+	// own is this handle's entry in the file's process table: its identity
+	// in lock words and the proof, to other processes, that it is alive.
+	own  *owner.Handle
+	self uint64 // own.Token()
 
 	mu sync.Mutex // serialises region carving and Close in this process
 
@@ -224,11 +226,37 @@ func initFile(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Arena{f: f, path: path, mem: b, self: proc.Self(), slot: -1}
-	layout.WriteHeader(b, cfg.size, proc.BootID())
+	boot, _ := owner.BootID()
+	layout.WriteHeader(b, cfg.size, boot)
 	mem.Store64(b, layout.OffMagic, layout.Magic)
-	a.register()
+	a, err := newArena(f, path, b)
+	if err != nil {
+		return nil, err
+	}
 	return a, nil
+}
+
+// newArena registers a handle for the mapped arena b of file f in the
+// file's process table, on an open file description of its own (so that
+// a descriptor this process passes on, or inherited, never keeps this
+// handle's identity alive after it is gone). It unmaps b on failure.
+func newArena(f *os.File, path string, b []byte) (*Arena, error) {
+	fd, err := owner.Reopen(int(f.Fd()), path)
+	if err != nil {
+		_ = mapping.Unmap(b)
+		return nil, fmt.Errorf("shmarena: open %s: giving this handle an open file description of its own "+
+			"(needed to prove it alive to other processes): %w; open the arena by path, or mount /proc", describePath(path), err)
+	}
+	own, err := owner.Register(b, fd, os.Getpid(), time.Now().UnixNano())
+	if err != nil {
+		unix.Close(fd)
+		_ = mapping.Unmap(b)
+		if errors.Is(err, owner.ErrTableFull) {
+			err = fmt.Errorf("%w: %w", ErrTooManyHandles, err)
+		}
+		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
+	}
+	return &Arena{f: f, path: path, mem: b, own: own, self: own.Token()}, nil
 }
 
 func reserveAndMap(fd int, path string, size int64) ([]byte, error) {
@@ -324,11 +352,13 @@ func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
 		_ = mapping.Unmap(b)
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
 	}
-	a := &Arena{f: f, path: path, mem: b, self: proc.Self(), slot: -1}
-	if boot := proc.BootID(); layout.ReadHeader(b).BootID != boot {
+	a, err := newArena(f, path, b)
+	if err != nil {
+		return nil, err
+	}
+	if boot, ok := owner.BootID(); ok && layout.ReadHeader(b).BootID != boot && !a.own.AnyAlive() {
 		a.resetAfterReboot(boot)
 	}
-	a.register()
 	return a, nil
 }
 
@@ -408,15 +438,13 @@ func validate(b []byte, fileSize, want int64) error {
 	return nil
 }
 
-// resetAfterReboot clears what owners from a previous boot left: their
-// process-table entries, every lock and every half-done write. Called under
-// the flock, so no process of this boot is attached yet... except those
-// that attached before the reset of another file copy: none can, since
-// they would have reset it.
+// resetAfterReboot clears what handles of a previous boot left: every
+// lock and every half-done write. It is only a shortcut (a dead owner's
+// lock is recovered anyway when someone needs it), taken under the flock
+// by the first handle of a new boot, and only when the kernel proves that
+// no other handle is attached: a boot id that looks different (a file
+// copied from another machine) never clears a live process's lock.
 func (a *Arena) resetAfterReboot(boot [16]byte) {
-	for i := 0; i < layout.ProcSlots; i++ {
-		mem.Store64(a.mem, layout.ProcSlotOff(i), 0)
-	}
 	for i := 0; i < layout.DirEntries; i++ {
 		e := layout.ReadEntry(a.mem, i)
 		if e.State == layout.EntryReady {
@@ -426,33 +454,20 @@ func (a *Arena) resetAfterReboot(boot [16]byte) {
 	layout.SetBootID(a.mem, boot)
 }
 
-// register records this process in the file's process table. A full table
-// is not an error: lock words carry their owner's identity themselves.
-func (a *Arena) register() {
-	for pass := 0; pass < 2; pass++ {
-		for i := 0; i < layout.ProcSlots; i++ {
-			off := layout.ProcSlotOff(i)
-			old := mem.Load64(a.mem, off)
-			free := old == 0 || (pass == 1 && !proc.Alive(proc.Token(old)))
-			if free && mem.CAS64(a.mem, off, old, uint64(a.self)) {
-				a.slot = i
-				return
-			}
-		}
-	}
-}
-
-// Processes returns the pids of the processes registered in the arena's
-// process table that are still alive, this one included.
+// Processes returns the pids of the processes with a handle attached to the
+// arena, this one included, each once. Liveness is the kernel's word (see
+// "Processes and crashes" in the package documentation); the pid is as the
+// attaching process saw itself, so a process in another PID namespace
+// shows its pid there, and two such processes may show the same one.
+// ErrClosed after Close.
 func (a *Arena) Processes() ([]int, error) {
 	if a.closed.Load() {
 		return nil, ErrClosed
 	}
 	var pids []int
-	for i := 0; i < layout.ProcSlots; i++ {
-		t := proc.Token(mem.Load64(a.mem, layout.ProcSlotOff(i)))
-		if t != 0 && proc.Alive(t) && !slices.Contains(pids, t.Pid()) {
-			pids = append(pids, t.Pid())
+	for _, e := range a.own.List() {
+		if e.Alive && !slices.Contains(pids, e.Pid) {
+			pids = append(pids, e.Pid)
 		}
 	}
 	return pids, nil
@@ -499,8 +514,12 @@ func describePath(path string) string {
 // OpenFile attaches to an arena through an open file, such as one a parent
 // passed in exec.Cmd.ExtraFiles (in the child, os.NewFile(3, "arena")).
 // The file must be open for reading and writing (the arena maps it shared,
-// read-write). The arena takes its own duplicate of the descriptor; the
-// caller may close f afterwards. Validation and errors are as for Open.
+// read-write). The arena does not use f's open file description, which
+// f's other holders share: it opens a description of its own through
+// /proc/self/fd (so OpenFile needs /proc mounted, and fails with an error
+// saying so otherwise), because file locks and the handle's liveness
+// belong to a description. The caller may close f afterwards. Validation
+// and errors are as for Open.
 func OpenFile(f *os.File, opts ...OpenOption) (*Arena, error) {
 	if f == nil {
 		return nil, fmt.Errorf("shmarena: open: %w: nil file", ErrInvalid)
@@ -512,9 +531,13 @@ func OpenFile(f *os.File, opts ...OpenOption) (*Arena, error) {
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("shmarena: open %s: %w", f.Name(), err)
 	}
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	// A description of our own, not a duplicate: flock and OFD locks belong
+	// to the description, so sharing the parent's would let this handle's
+	// file lock and identity stand in for the parent's.
+	fd, err := owner.Reopen(int(f.Fd()), "")
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: open %s: %w", f.Name(), err)
+		return nil, fmt.Errorf("shmarena: open %s: reopening the descriptor as a description of this handle's own: %w; "+
+			"mount /proc in this process's namespace, or open the arena by path", f.Name(), err)
 	}
 	return attach(os.NewFile(uintptr(fd), f.Name()), "", cfg)
 }
@@ -582,13 +605,15 @@ func (a *Arena) Close() error {
 	if !a.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	if a.slot >= 0 {
-		mem.CAS64(a.mem, layout.ProcSlotOff(a.slot), uint64(a.self), 0)
-	}
 	wakeAllOnClose(a.mem)
 	var err error
 	if a.awaitInflight() {
 		err = mapping.Retire(a.mem)
+		// Only now: other processes may take this handle's locks from the
+		// moment its entry's lock is released.
+		if cerr := a.own.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if cerr := a.f.Close(); err == nil {
 		err = cerr

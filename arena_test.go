@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/shmarena/shmarena/internal/layout"
-	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/owner"
 	"github.com/shmarena/shmarena/internal/rlock"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -332,19 +332,23 @@ func TestRebootClearsLocks(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Store("k", []byte("v")))
 	require.NoError(t, m.Store("x", []byte("w")))
-	// Leave every stripe held by this (live) process, and "x" mid-write.
+	// Leave every stripe held by this handle, and "x" mid-write, as a
+	// process of the previous boot would have; its operations do not
+	// count as in flight, so Close detaches the handle (which dies).
 	for s := uint64(0); s < 4; s++ {
 		m.lock(s)
+		a.exit(s)
 	}
 	v, found := m.find("x", hashKey("x"))
 	require.True(t, found)
 	m.begin(m.stripeOf(hashKey("x")), v)
 	require.NoError(t, a.Close())
 
-	fake := proc.BootID()
+	fake, ok := owner.BootID()
+	require.True(t, ok)
 	fake[0] ^= 0xff
-	proc.SetBootIDForTest(&fake)
-	defer proc.SetBootIDForTest(nil)
+	owner.SetBootIDForTest(&fake)
+	defer owner.SetBootIDForTest(nil)
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
@@ -357,6 +361,32 @@ func TestRebootClearsLocks(t *testing.T) {
 	require.False(t, mb.Exists("x"), "the half-written slot became a tombstone")
 	require.Equal(t, 2, mb.Len())
 	require.Equal(t, 1, mb.Stats().Tombstones)
+	require.Zero(t, mb.Stats().Recoveries, "reset on attach, not taken over")
+}
+
+// A boot id that differs while another handle is attached (a file copied
+// from another machine's arena, say) clears nothing: the kernel proves the
+// holder alive, and its lock stays its own.
+func TestBootIDChangeKeepsLiveLocks(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("m", WithSlots(64), WithStripes(4))
+	require.NoError(t, err)
+	require.True(t, m.lock(1))
+	defer m.unlock(1)
+
+	fake, ok := owner.BootID()
+	require.True(t, ok)
+	fake[0] ^= 0xff
+	owner.SetBootIDForTest(&fake)
+	defer owner.SetBootIDForTest(nil)
+	b, err := Open(path)
+	require.NoError(t, err)
+	defer b.Close()
+	mb, err := b.Map("m", WithSlots(64), WithStripes(4))
+	require.NoError(t, err)
+	require.Equal(t, a.self, rlock.Owner(mb.mem, mb.lockOff(1)), "the live handle still holds its stripe")
+	ok, _ = rlock.TryAcquire(mb.mem, mb.lockOff(1), b.own)
+	require.False(t, ok)
 }
 
 func TestErrorsAreDistinct(t *testing.T) {

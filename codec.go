@@ -249,7 +249,7 @@ func (t *TypedMap[V]) All() iter.Seq2[string, V] {
 // the new value and keep; keep false deletes the key. An error from fn,
 // or a panic, leaves the slot unchanged; the lock is released either way.
 // Without WithTTL in c the entry keeps its deadline.
-func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]byte, bool, error)) error {
+func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]byte, bool, error)) (err error) {
 	if err := m.check(key, 0); err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 	if !m.lock(s) {
 		return ErrClosed
 	}
-	defer m.unlock(s)
+	defer m.unlockErr(s, &err)
 	v, found := m.find(key, h)
 	live := found && !lapsed(v.deadline)
 	var old []byte
@@ -276,11 +276,8 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 		return err
 	}
 	if !keep {
-		if found {
-			m.remove(s, v)
-			if !live {
-				m.stat(mhExpired)
-			}
+		if found && m.remove(s, v) && !live {
+			m.stat(mhExpired)
 		}
 		return nil
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/shmarena/shmarena/internal/mem"
-	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/owner"
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
 	"github.com/shmarena/shmarena/internal/rlock"
 	"github.com/stretchr/testify/assert"
@@ -348,7 +348,7 @@ func TestCrashRecovererDies(t *testing.T) {
 			killed := killAt(t, f.path, "store", point, keyInStripe(f.m, "second", f.s), "v2")
 			owner := rlock.Owner(f.m.mem, f.m.lockOff(f.s))
 			require.NotZero(t, owner)
-			require.False(t, proc.Alive(owner), "the stripe is held by the dead recoverer")
+			require.False(t, f.a.own.Alive(owner), "the stripe is held by the dead recoverer")
 			d := f.writeSameStripe(t, killed)
 			noteTakeover(t, "after dead recoverer at "+point, d)
 			_, found := f.m.Load(victim)
@@ -367,41 +367,38 @@ func TestCrashRecovererDies(t *testing.T) {
 	}
 }
 
-// PID reuse: a lock whose recorded pid is alive but started at another
-// time names a dead process and is taken over; the same pid with its true
-// start time is not.
-func TestCrashPidReuse(t *testing.T) {
-	// A live process other than this one: a child blocked reading stdin.
-	sleeper := exec.Command("cat")
-	in, err := sleeper.StdinPipe()
+// A lock word is judged by the kernel, not by a pid: the token of a live
+// handle (another handle of this very process) is respected; a token
+// whose process-table entry has moved on to a newer generation, one naming
+// an entry never taken, and one no entry can hold are dead and taken over.
+func TestCrashStaleToken(t *testing.T) {
+	f := newCrashFixture(t)
+	other, err := Open(f.path)
 	require.NoError(t, err)
-	require.NoError(t, sleeper.Start())
-	t.Cleanup(func() { in.Close(); _ = sleeper.Wait() })
-
-	start := startTimeOf(t, sleeper.Process.Pid)
-	live := proc.Make(sleeper.Process.Pid, start)
-	require.True(t, proc.Alive(live))
-
+	defer other.Close()
+	i, gen := owner.Split(other.self)
+	require.GreaterOrEqual(t, i, 0)
+	require.True(t, f.a.own.Alive(other.self))
 	for _, tc := range []struct {
 		name string
-		tok  proc.Token
+		tok  uint64
 	}{
-		{"other process's pid", proc.Make(sleeper.Process.Pid, start+1)},
-		{"own pid", proc.Make(os.Getpid(), proc.Self().Start()+1)},
+		{"entry taken again since", owner.Token(i, gen-1)},
+		{"entry never taken", owner.Token(owner.Entries-1, 7)},
+		{"no such entry", 0xffff},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newCrashFixture(t)
 			lock := f.m.lockOff(f.s)
-			// The true owner is respected...
-			mem.Store64(f.m.mem, lock, uint64(live))
-			ok, _ := rlock.TryAcquire(f.m.mem, lock, proc.Self())
-			require.False(t, ok, "a lock of a live process was taken")
-			// ...the same pid with another start time is not.
-			require.False(t, proc.Alive(tc.tok))
-			mem.Store64(f.m.mem, lock, uint64(tc.tok))
+			// The live handle's lock is respected...
+			mem.Store64(f.m.mem, lock, other.self)
+			ok, _ := rlock.TryAcquire(f.m.mem, lock, f.a.own)
+			require.False(t, ok, "a lock of a live handle was taken")
+			// ...a stale or impossible token is not.
+			require.False(t, f.a.own.Alive(tc.tok))
+			mem.Store64(f.m.mem, lock, tc.tok)
 			t0 := time.Now()
 			d := f.writeSameStripe(t, t0)
-			noteTakeover(t, "pid reuse ("+tc.name+")", d)
+			noteTakeover(t, "stale token ("+tc.name+")", d)
 			f.check(t, true)
 		})
 	}
@@ -426,19 +423,20 @@ func TestCrashBootIDChange(t *testing.T) {
 	}
 	v, found := f.m.find(victim, hashKey(victim))
 	require.True(t, found)
-	f.m.begin(f.s, v)
-	mem.Store64(r.b, r.off+rl.OffLock, uint64(proc.Self()))
-	mem.Store64(r.b, r.off+rl.OffGroupLock, uint64(proc.Self()))
+	odd := f.m.begin(f.s, v)
+	mem.Store64(r.b, r.off+rl.OffLock, f.a.self)
+	mem.Store64(r.b, r.off+rl.OffGroupLock, f.a.self)
 	mem.Store64(r.b, r.slotOff(2)+rl.SBegin, 2)
 	b, err := os.ReadFile(f.path)
 	require.NoError(t, err)
 	cp := filepath.Join(t.TempDir(), "copy")
 	require.NoError(t, os.WriteFile(cp, b, 0o600))
 
-	boot := proc.BootID()
+	boot, ok := owner.BootID()
+	require.True(t, ok)
 	boot[15] ^= 0x5a
-	proc.SetBootIDForTest(&boot)
-	defer proc.SetBootIDForTest(nil)
+	owner.SetBootIDForTest(&boot)
+	defer owner.SetBootIDForTest(nil)
 	a2, err := Open(cp)
 	require.NoError(t, err)
 	defer a2.Close()
@@ -483,7 +481,7 @@ func TestCrashBootIDChange(t *testing.T) {
 	for s := uint64(0); s < f.m.stripes; s++ {
 		f.m.unlock(s)
 	}
-	f.m.end(v.off)
+	f.m.end(v.off, odd)
 	f.m.clearIntent(f.s)
 	mem.Store64(r.b, r.off+rl.OffLock, 0)
 	mem.Store64(r.b, r.off+rl.OffGroupLock, 0)
@@ -526,16 +524,6 @@ func TestCrashMidCarve(t *testing.T) {
 			}
 		})
 	}
-}
-
-// startTimeOf reads a process's start time, field 22 of /proc/<pid>/stat.
-func startTimeOf(t *testing.T, pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	require.NoError(t, err)
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	n, err := strconv.ParseUint(f[19], 10, 64)
-	require.NoError(t, err)
-	return n
 }
 
 func init() {

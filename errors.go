@@ -66,6 +66,19 @@ var (
 	// ErrTooManyGroups means a ring's table of consumer groups is full.
 	ErrTooManyGroups = errors.New("too many groups")
 
+	// ErrTooManyHandles means Open found every entry of the arena's process
+	// table (256) held by a live handle; entries of closed or dead handles
+	// are reused. Close handles a process no longer needs.
+	ErrTooManyHandles = errors.New("too many handles attached")
+
+	// ErrLockLost means an operation found, when it released a lock or
+	// committed a record, that another process had taken the lock over,
+	// judging this handle dead; the operation changed nothing after that.
+	// Liveness is proven by the kernel (see the package documentation), so
+	// this never happens unless the file is damaged or written by other
+	// means: it is a second line of defence, and worth reporting.
+	ErrLockLost = errors.New("lock was taken over by another process")
+
 	// ErrInvalid means an option or argument is out of range.
 	ErrInvalid = errors.New("invalid argument")
 )

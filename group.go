@@ -108,7 +108,7 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	}
 	defer r.a.exit(0)
 	lock := r.off + rl.OffGroupLock
-	if rlock.Acquire(b, lock, r.self) {
+	if rlock.Acquire(b, lock, r.a.own) {
 		// The previous holder died: drop any entry it left half-made.
 		for i := 0; i < rl.Groups; i++ {
 			g := r.off + rl.GroupOff(i)
@@ -118,7 +118,9 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 		}
 	}
 	goff, err := r.findOrCreateGroup(name, cfg)
-	rlock.Release(b, lock)
+	if !rlock.Release(b, lock, r.a.self) && err == nil {
+		err = r.errLockLost()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 // reuse changed the version). Elsewhere, and to create a counter, Add
 // takes the key's stripe lock. An Add racing with Close either takes
 // effect in the file or returns ErrClosed.
-func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
+func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err error) {
 	if err := m.check(key, 8); err != nil {
 		return 0, err
 	}
@@ -38,7 +38,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (int64, error) {
 	if !m.lock(s) {
 		return 0, ErrClosed
 	}
-	defer m.unlock(s)
+	defer m.unlockErr(s, &err)
 	v, free, found := m.locate(key, h, s)
 	if found && !lapsed(v.deadline) {
 		if metaFlags(v.meta)&flagCounter == 0 {

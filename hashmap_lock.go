@@ -1,6 +1,8 @@
 package shmarena
 
 import (
+	"fmt"
+
 	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/shmarena/shmarena/internal/rlock"
 )
@@ -14,20 +16,35 @@ func (m *Map) lock(s uint64) bool {
 	if !m.a.enter(s) {
 		return false
 	}
-	for rlock.Acquire(m.mem, m.lockOff(s), m.a.self) {
+	for rlock.Acquire(m.mem, m.lockOff(s), m.a.own) {
 		m.afterTakeover(s)
 	}
 	return true
 }
 
-// unlock releases a stripe taken by lock.
-func (m *Map) unlock(s uint64) {
-	m.release(s)
+// unlock releases a stripe taken by lock and ends the operation. It
+// reports false when the lock had been taken over (see ErrLockLost).
+func (m *Map) unlock(s uint64) bool {
+	ok := m.release(s)
 	m.a.exit(s)
+	return ok
 }
 
-// release frees stripe s without ending an operation.
-func (m *Map) release(s uint64) { rlock.Release(m.mem, m.lockOff(s)) }
+// unlockErr is unlock for an operation that returns *err: a lost lock
+// becomes ErrLockLost, unless the operation failed already.
+func (m *Map) unlockErr(s uint64, err *error) {
+	if !m.unlock(s) && *err == nil {
+		*err = m.errLockLost(s)
+	}
+}
+
+func (m *Map) errLockLost(s uint64) error {
+	return fmt.Errorf("shmarena: map %q: stripe %d: %w", m.name, s, ErrLockLost)
+}
+
+// release frees stripe s without ending an operation; false when the lock
+// was no longer this handle's.
+func (m *Map) release(s uint64) bool { return rlock.Release(m.mem, m.lockOff(s), m.a.self) }
 
 // repairDead takes over stripe s from a dead owner if it can, repairs it
 // and releases it.
@@ -36,7 +53,7 @@ func (m *Map) repairDead(s uint64) {
 		return
 	}
 	defer m.a.exit(s)
-	if ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self); ok {
+	if ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.own); ok {
 		if recovered {
 			m.afterTakeover(s)
 			return
@@ -79,9 +96,9 @@ func (m *Map) recount() {
 		// Try first: a stripe a dead process holds is taken over at once,
 		// not after Acquire's patience, so a recount over many stripes
 		// left held by a dying recoverer stays well inside a second.
-		ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self)
+		ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.own)
 		if !ok {
-			recovered = rlock.Acquire(m.mem, m.lockOff(s), m.a.self)
+			recovered = rlock.Acquire(m.mem, m.lockOff(s), m.a.own)
 		}
 		if recovered {
 			m.repairStripe(s)

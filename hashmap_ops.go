@@ -16,8 +16,9 @@ import (
 // WithTTL a new one, else none; WithKeepTTL keeps the current one), as
 // Redis SET does. Errors: ErrEmptyKey, ErrTooLarge (len(key)+len(value) >
 // MaxPair), ErrFull (new key, no free slot; counted in Stats.Full),
-// ErrClosed. A refused write changes nothing. The value is copied.
-func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
+// ErrClosed; ErrLockLost (see there). A refused write changes nothing. The
+// value is copied.
+func (m *Map) Store(key string, value []byte, opts ...WriteOption) (err error) {
 	if err := m.check(key, len(value)); err != nil {
 		return err
 	}
@@ -27,7 +28,7 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
 	if !m.lock(s) {
 		return ErrClosed
 	}
-	defer m.unlock(s)
+	defer m.unlockErr(s, &err)
 	return m.storeLocked(s, key, h, value, c, nil)
 }
 
@@ -107,15 +108,18 @@ func (m *Map) loadAndDelete(key string, load bool) (value []byte, loaded bool) {
 		return nil, false
 	}
 	if lapsed(v.deadline) {
-		m.remove(s, v)
-		m.stat(mhExpired)
+		if m.remove(s, v) {
+			m.stat(mhExpired)
+		}
 		return nil, false
 	}
 	if load {
 		m.pin(s, v)
 		value = m.appendValue([]byte{}, v.off, v.meta)
 	}
-	m.remove(s, v)
+	if !m.remove(s, v) {
+		return nil, false
+	}
 	return value, true
 }
 
@@ -131,7 +135,7 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	if !m.lock(s) {
 		return nil, false, ErrClosed
 	}
-	defer m.unlock(s)
+	defer m.unlockErr(s, &err)
 	v, found := m.find(key, h)
 	if found && !lapsed(v.deadline) {
 		return m.appendValue([]byte{}, v.off, v.meta), true, nil
@@ -153,7 +157,7 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 	if !m.lock(s) {
 		return nil, false, ErrClosed
 	}
-	defer m.unlock(s)
+	defer m.unlockErr(s, &err)
 	if err := m.storeLocked(s, key, h, value, writeOpts(opts), &previous); err != nil {
 		return nil, false, err
 	}
@@ -164,7 +168,7 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 // keeping the entry's deadline, and reports whether it swapped. An absent
 // key never matches. A counter compares as its 8-byte little-endian value
 // and stops being a counter when swapped. Errors: ErrTooLarge for new,
-// ErrEmptyKey, ErrClosed.
+// ErrEmptyKey, ErrClosed, ErrLockLost.
 func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err error) {
 	if err := m.check(key, len(new)); err != nil {
 		return false, err
@@ -174,14 +178,16 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	if !m.lock(s) {
 		return false, ErrClosed
 	}
-	defer m.unlock(s)
+	defer m.unlockErr(s, &err)
 	v, found := m.find(key, h)
 	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) || !m.pinEqual(s, v, old) {
 		return false, nil
 	}
-	m.begin(s, v)
+	odd := m.begin(s, v)
 	m.fill(v.off, &entry{key: key, h: h, val: new, deadline: v.deadline})
-	m.end(v.off)
+	if !m.end(v.off, odd) {
+		return false, m.errLockLost(s)
+	}
 	m.clearIntent(s)
 	return true, nil
 }
@@ -202,8 +208,7 @@ func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
 	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) || !m.pinEqual(s, v, old) {
 		return false
 	}
-	m.remove(s, v)
-	return true
+	return m.remove(s, v)
 }
 
 // pin begins the slot of v, found holding stripe s, when it is a counter,
@@ -241,10 +246,11 @@ func (m *Map) pinEqual(s uint64, v view, b []byte) bool {
 		m.clearIntent(s)
 		return false
 	}
-	m.begin(s, v)
+	odd := m.begin(s, v)
 	if !m.valueEqual(v, b) {
-		m.end(v.off)
-		m.clearIntent(s)
+		if m.end(v.off, odd) {
+			m.clearIntent(s)
+		}
 		return false
 	}
 	return true
@@ -282,9 +288,11 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 		d = deadlineAfter(ttl)
 		m.noteDeadlines()
 	}
-	m.begin(s, v)
+	odd := m.begin(s, v)
 	mem.Store64(m.mem, v.off+sDeadline, uint64(d))
-	m.end(v.off)
+	if !m.end(v.off, odd) {
+		return false
+	}
 	m.clearIntent(s)
 	return true
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shmarena/shmarena/internal/mem"
-	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/owner"
 	"github.com/shmarena/shmarena/internal/rlock"
 )
 
@@ -187,8 +187,7 @@ func (m *Map) appendValue(dst []byte, off int, meta uint64) []byte {
 // when the reader should give up: the writer died (the key reads as absent
 // and repair is started), or it kept writing past oddPatience (busy).
 func (m *Map) awaitWriter(off int, ver uint64) bool {
-	var start time.Time
-	checked := false
+	var start, nextCheck time.Time
 	for spin := 0; ; spin++ {
 		if mem.Load64(m.mem, off+sVersion) != ver {
 			return true
@@ -200,35 +199,38 @@ func (m *Map) awaitWriter(off int, ver uint64) bool {
 		if spin%64 != 0 {
 			continue
 		}
+		now := time.Now()
 		if start.IsZero() {
-			start = time.Now()
+			start, nextCheck = now, now.Add(oddCheckAfter)
 			continue
 		}
-		waited := time.Since(start)
-		if waited > oddCheckAfter && !checked {
-			checked = true
+		if !now.Before(nextCheck) {
+			nextCheck = now.Add(oddCheckAfter)
 			s := ver >> 1 & (1<<(seqShift-1) - 1)
 			if s >= m.stripes {
 				return false // not a version this map writes: corrupt
 			}
-			if !rlockOwnerAlive(m.mem, m.lockOff(s)) {
+			if !m.stripeOwnerAlive(s) {
+				// Then keep waiting: the slot settles once repaired,
+				// here or by a recoverer that took the stripe first.
 				m.repairDead(s)
-				return mem.Load64(m.mem, off+sVersion) != ver
 			}
 		}
-		if waited > oddPatience {
+		if now.Sub(start) > oddPatience {
 			m.stat(mhBusy)
 			return false
 		}
 	}
 }
 
-// aliveFn is proc.Alive; a variable so tests can fake a dead owner.
-var aliveFn = proc.Alive
+// aliveFn is (*owner.Handle).Alive; a variable so tests can fake a dead
+// owner.
+var aliveFn = (*owner.Handle).Alive
 
-func rlockOwnerAlive(b []byte, off int) bool {
-	o := rlock.Owner(b, off)
-	return o != 0 && aliveFn(o)
+// stripeOwnerAlive reports whether stripe s is held by a live handle.
+func (m *Map) stripeOwnerAlive(s uint64) bool {
+	o := rlock.Owner(m.mem, m.lockOff(s))
+	return o != 0 && aliveFn(m.a.own, o)
 }
 
 // collect turns key's lapsed entry into a tombstone if its stripe is free
@@ -239,7 +241,7 @@ func (m *Map) collect(key string, h uint64) {
 		return
 	}
 	defer m.a.exit(s)
-	ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.self)
+	ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.own)
 	if !ok {
 		return
 	}

@@ -155,7 +155,7 @@ func (m *Map) reclaim(s uint64, v view) (view, bool) {
 	if other != s {
 		// Only a free lock: taking over a dead owner's means a recount,
 		// which needs every stripe, and we hold one.
-		if !mem.CAS64(m.mem, m.lockOff(other), 0, uint64(m.a.self)) {
+		if !mem.CAS64(m.mem, m.lockOff(other), 0, m.a.self) {
 			return v, false
 		}
 		defer m.release(other)
@@ -163,7 +163,9 @@ func (m *Map) reclaim(s uint64, v view) (view, bool) {
 	if mem.Load64(m.mem, v.off+sVersion) != v.ver {
 		return v, false
 	}
-	m.remove(other, v)
+	if !m.remove(other, v) {
+		return v, false
+	}
 	m.stat(mhExpired)
 	v.ver = mem.Load64(m.mem, v.off+sVersion)
 	v.meta = mem.Load64(m.mem, v.off+sMeta)
@@ -173,10 +175,11 @@ func (m *Map) reclaim(s uint64, v view) (view, bool) {
 
 // claim takes a free slot for a new key, starting at free and moving on
 // when another stripe's writer takes it first. It returns the slot, begun
-// for writing by stripe s, and whether it was a tombstone.
-func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
+// for writing by stripe s, its odd version (for end), and whether it was a
+// tombstone.
+func (m *Map) claim(s, h uint64, free view) (off int, odd uint64, wasTomb bool, ok bool) {
 	if free.off < 0 {
-		return 0, false, false
+		return 0, 0, false, false
 	}
 	i := m.slotIndex(free.off)
 	intent := m.lockOff(s) + 8
@@ -187,10 +190,10 @@ func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
 		if ver&1 == 0 && (st == stateEmpty || st == stateTombstone) {
 			mem.Put64(m.mem, intent, i+1) // ordered before the CAS by it
 			m.setTag(i, tagUnknown)
-			if mem.CAS64(m.mem, off+sVersion, ver, m.begun(ver, s)) {
+			if odd = m.begun(ver, s); mem.CAS64(m.mem, off+sVersion, ver, odd) {
 				m.setTag(i, tagOf(h))
 				m.noteDistance(m.home(h), i)
-				return off, st == stateTombstone, true
+				return off, odd, st == stateTombstone, true
 			}
 		}
 		if i++; i == m.slots {
@@ -198,17 +201,20 @@ func (m *Map) claim(s, h uint64, free view) (off int, wasTomb bool, ok bool) {
 		}
 	}
 	mem.Put64(m.mem, intent, 0)
-	return 0, false, false
+	return 0, 0, false, false
 }
 
 func (m *Map) begun(ver, s uint64) uint64 { return (ver>>seqShift+1)<<seqShift | s<<1 | 1 }
 
-// begin marks a slot the stripe holder owns as being written. The version
-// is exchanged, a full barrier in every build: it orders the intent before
-// it, and a pin's read of the counter after it (see pin).
-func (m *Map) begin(s uint64, v view) {
+// begin marks a slot the stripe holder owns as being written and returns
+// the odd version it set, which end expects. The version is exchanged, a
+// full barrier in every build: it orders the intent before it, and a pin's
+// read of the counter after it (see pin).
+func (m *Map) begin(s uint64, v view) (odd uint64) {
 	m.setIntent(s, v.off)
-	mem.Swap64(m.mem, v.off+sVersion, m.begun(v.ver, s))
+	odd = m.begun(v.ver, s)
+	mem.Swap64(m.mem, v.off+sVersion, odd)
+	return odd
 }
 
 // setIntent names the slot at off in stripe s's intent word, for a
@@ -219,10 +225,13 @@ func (m *Map) setIntent(s uint64, off int) {
 	mem.Put64(m.mem, m.lockOff(s)+8, i+1)
 }
 
-// end publishes a slot and clears the stripe's intent.
-func (m *Map) end(off int) {
-	ver := mem.Load64(m.mem, off+sVersion)
-	mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
+// end publishes a slot begun with version odd. It is a compare-and-swap
+// from odd, so a writer whose stripe was taken over (another handle judged
+// it dead and made the slot a tombstone, and may have begun it again since)
+// finds out instead of publishing over the recoverer's work: it returns
+// false, and the caller changes nothing more (see ErrLockLost).
+func (m *Map) end(off int, odd uint64) bool {
+	return mem.CAS64(m.mem, off+sVersion, odd, odd>>seqShift<<seqShift)
 }
 
 // clearIntent needs no fence: a recoverer reads the intent only after the
@@ -266,32 +275,38 @@ func (m *Map) noteDeadlines() {
 	}
 }
 
-// remove makes the live slot v a tombstone. Caller holds stripe s.
-func (m *Map) remove(s uint64, v view) {
-	m.begin(s, v)
+// remove makes the live slot v a tombstone. Caller holds stripe s. It
+// reports false when the stripe turned out to be lost (see end).
+func (m *Map) remove(s uint64, v view) bool {
+	odd := m.begin(s, v)
 	crashPoint("delete")
 	mem.Store64(m.mem, v.off+sMeta, metaOf(stateTombstone, 0, 0, 0))
 	mem.Store64(m.mem, v.off+sDeadline, 0)
 	// Before end: once the slot is at rest another stripe's insert may
 	// claim it and tag it, and a late tombstone tag would hide that key.
 	m.setTag(m.slotIndex(v.off), tagTombstone)
-	m.end(v.off)
+	if !m.end(v.off, odd) {
+		return false
+	}
 	m.addCounts(s, -1, 1)
 	m.clearIntent(s)
+	return true
 }
 
 // put writes e holding stripe s: over the key's slot v if found, else
 // into a free slot claimed from free on.
 func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	if found {
-		m.begin(s, v)
+		odd := m.begin(s, v)
 		crashPoint("overwrite")
 		m.fill(v.off, e)
-		m.end(v.off)
+		if !m.end(v.off, odd) {
+			return m.errLockLost(s)
+		}
 		m.clearIntent(s)
 		return nil
 	}
-	off, wasTomb, ok := m.claim(s, e.h, free)
+	off, odd, wasTomb, ok := m.claim(s, e.h, free)
 	if !ok {
 		m.stat(mhFull)
 		return fmt.Errorf("shmarena: map %q: %w (%d slots)", m.name, ErrFull, m.slots)
@@ -299,7 +314,9 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	crashPoint("claimed")
 	m.fill(off, e)
 	crashPoint("insert")
-	m.end(off)
+	if !m.end(off, odd) {
+		return m.errLockLost(s)
+	}
 	if wasTomb {
 		m.addCounts(s, 1, -1)
 	} else {

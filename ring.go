@@ -10,7 +10,6 @@ import (
 	"github.com/shmarena/shmarena/internal/futex"
 	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
-	"github.com/shmarena/shmarena/internal/proc"
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
 	"github.com/shmarena/shmarena/internal/rlock"
 )
@@ -46,7 +45,6 @@ type Ring struct {
 	slots    uint64 // from the directory entry, validated
 	slotSize int
 	maxBody  int // topic + payload bytes one slot holds
-	self     proc.Token
 }
 
 // RingStats are a ring's shared counters, summed over every process.
@@ -180,7 +178,6 @@ func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
 	return &Ring{
 		a: a, b: a.mem, name: name, off: int(e.Offset),
 		slots: e.Params[0], slotSize: int(e.Params[1]), maxBody: int(e.Params[1]) - rl.SBody,
-		self: a.self,
 	}, nil
 }
 
@@ -329,12 +326,14 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 	}
 	defer r.a.exit(0) // after the wake, so Close cannot retire under it
 	lock := r.off + rl.OffLock
-	if rlock.Acquire(b, lock, r.self) {
+	if rlock.Acquire(b, lock, r.a.own) {
 		r.repair()
 	}
 	s := mem.Load64(b, r.off+rl.OffNext)
 	if s == 0 || s >= rl.MaxSeq {
-		rlock.Release(b, lock)
+		if !rlock.Release(b, lock, r.a.self) {
+			return 0, r.errLockLost()
+		}
 		return 0, fmt.Errorf("shmarena: ring %q: %w: next sequence %d", r.name, ErrCorrupt, s)
 	}
 	o := r.slotOff(s)
@@ -350,9 +349,17 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 		h(s)
 	}
 	mem.Put64(b, o+rl.SEnd, s)
-	mem.Store64(b, r.off+rl.OffNext, s+1) // commit
-	rlock.Release(b, lock)
+	// The commit, a compare-and-swap from s: a producer whose lock was
+	// taken over (judged dead) finds the record marked abandoned and the
+	// sequence moved on, and must not move it again.
+	if !mem.CAS64(b, r.off+rl.OffNext, s, s+1) {
+		return 0, r.errLockLost()
+	}
+	released := rlock.Release(b, lock, r.a.self)
 	r.wake()
+	if !released {
+		return s, r.errLockLost()
+	}
 	// Readers have the next slot's lines in their caches; ask for them
 	// now, so the next publish does not wait on that at its commit fence.
 	o = r.slotOff(s + 1)
@@ -360,6 +367,10 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 		mem.PrefetchW(b, o+l)
 	}
 	return s, nil
+}
+
+func (r *Ring) errLockLost() error {
+	return fmt.Errorf("shmarena: ring %q: %w", r.name, ErrLockLost)
 }
 
 // writeWords stores s at off like mem.Write, but moves whole aligned
@@ -605,7 +616,7 @@ func (r *Ring) checkHole(w *holeWatch) bool {
 	b := r.b
 	lock := r.off + rl.OffLock
 	owner := mem.Load64(b, lock)
-	if owner == 0 || owner == uint64(r.self) {
+	if owner == 0 || owner == r.a.self {
 		w.owner = 0
 		return false
 	}
@@ -623,14 +634,14 @@ func (r *Ring) checkHole(w *holeWatch) bool {
 		return false
 	}
 	defer r.a.exit(0)
-	ok, recovered := rlock.TryAcquire(b, lock, r.self)
+	ok, recovered := rlock.TryAcquire(b, lock, r.a.own)
 	if !ok {
 		return false
 	}
 	if recovered {
 		r.repair()
 	}
-	rlock.Release(b, lock)
+	rlock.Release(b, lock, r.a.self)
 	return recovered
 }
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/shmarena/shmarena/internal/mem"
-	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/owner"
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -266,13 +266,13 @@ func TestRingResetAfterReboot(t *testing.T) {
 	require.NoError(t, err)
 	// Fake a producer of a previous boot that died holding the lock,
 	// half-way through record 2.
-	mem.Store64(r.b, r.off+rl.OffLock, uint64(proc.Self()))
+	mem.Store64(r.b, r.off+rl.OffLock, a.self)
 	mem.Store64(r.b, r.slotOff(2)+rl.SBegin, 2)
 	require.NoError(t, a.Close())
 
 	boot := [16]byte{1, 2, 3}
-	proc.SetBootIDForTest(&boot)
-	defer proc.SetBootIDForTest(nil)
+	owner.SetBootIDForTest(&boot)
+	defer owner.SetBootIDForTest(nil)
 	a2, err := Open(path)
 	require.NoError(t, err)
 	defer a2.Close()

@@ -13,8 +13,8 @@
 //	48      4     regions in use
 //	52      4     directory capacity
 //	56      8     next free offset (bump allocator for regions)
-//	128     1024  process table: 128 owner tokens (0 = free)
 //	2048    8192  directory: 64 entries of 128 bytes
+//	10240   6144  process table: 256 entries of 24 bytes (see internal/owner)
 //	16384         first region
 //
 // A directory entry:
@@ -38,7 +38,7 @@ import (
 
 const (
 	Magic      uint64 = 0x414e4552414d4853 // "SHMARENA" little-endian
-	Version    uint32 = 3
+	Version    uint32 = 4
 	OrderProbe uint32 = 0x01020304
 	WordSize   uint32 = 8
 
@@ -53,8 +53,9 @@ const (
 	OffDirCap      = 52
 	OffNextFree    = 56
 
-	OffProcTable = 128
-	ProcSlots    = 128
+	OffProcTable  = 10240
+	ProcSlots     = 256
+	ProcEntrySize = 24
 
 	OffDir     = 2048
 	DirEntries = 64
@@ -94,8 +95,8 @@ type Entry struct {
 
 func entryOff(i int) int { return OffDir + i*EntrySize }
 
-// ProcSlotOff returns the offset of process-table slot i.
-func ProcSlotOff(i int) int { return OffProcTable + 8*i }
+// ProcSlotOff returns the offset of process-table entry i.
+func ProcSlotOff(i int) int { return OffProcTable + ProcEntrySize*i }
 
 // ReadEntry decodes entry i without validating it.
 func ReadEntry(b []byte, i int) Entry {
@@ -227,3 +228,10 @@ func SetBootID(b []byte, id [16]byte) { copy(b[OffBootID:OffBootID+16], id[:]) }
 
 // Align rounds n up to a multiple of RegionAlign.
 func Align(n int64) int64 { return (n + RegionAlign - 1) &^ (RegionAlign - 1) }
+
+// The header's parts must not overlap: a negative array length here is a
+// compile error.
+var (
+	_ [OffProcTable - (OffDir + DirEntries*EntrySize)]struct{}
+	_ [HeaderSize - (OffProcTable + ProcSlots*ProcEntrySize)]struct{}
+)

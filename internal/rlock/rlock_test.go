@@ -2,94 +2,113 @@ package rlock
 
 import (
 	"os"
-	"os/exec"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
-	"github.com/shmarena/shmarena/internal/proc"
+	"github.com/shmarena/shmarena/internal/owner"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
-func deadToken(t *testing.T) proc.Token {
-	cmd := exec.Command("true")
-	require.NoError(t, cmd.Run())
-	// The pid is gone (waited for), so any start time is dead.
-	return proc.Make(cmd.Process.Pid, 1)
+// table maps a fresh header-sized file and returns it with a function that
+// registers a new handle on a description of its own.
+func table(t testing.TB) ([]byte, func() *owner.Handle) {
+	path := filepath.Join(t.TempDir(), "arena")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, f.Truncate(layout.HeaderSize+4096))
+	b, err := unix.Mmap(int(f.Fd()), 0, layout.HeaderSize+4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Munmap(b); f.Close() })
+	return b, func() *owner.Handle {
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		require.NoError(t, err)
+		h, err := owner.Register(b, fd, os.Getpid(), time.Now().UnixNano())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = h.Close() })
+		return h
+	}
 }
+
+// lockAt is where the tests put their lock word: past the header, so the
+// futex word beside it is free.
+const lockAt = layout.HeaderSize
 
 func TestAcquireRelease(t *testing.T) {
-	b := make([]byte, 64)
-	self := proc.Self()
-	require.False(t, Acquire(b, 8, self))
-	require.Equal(t, self, Owner(b, 8))
-	ok, _ := TryAcquire(b, 8, self)
-	require.False(t, ok, "held by a live process (this one)")
-	Release(b, 8)
-	require.Zero(t, uint64(Owner(b, 8)))
+	b, register := table(t)
+	h, other := register(), register()
+	require.False(t, Acquire(b, lockAt, h))
+	require.Equal(t, h.Token(), Owner(b, lockAt))
+	ok, _ := TryAcquire(b, lockAt, other)
+	require.False(t, ok, "held by a live handle")
+	ok, _ = TryAcquire(b, lockAt, h)
+	require.False(t, ok, "not reentrant, and never taken from its own holder")
+	require.False(t, Release(b, lockAt, other.Token()), "released by a handle that does not hold it")
+	require.True(t, Release(b, lockAt, h.Token()))
+	require.Zero(t, Owner(b, lockAt))
+	require.False(t, Release(b, lockAt, h.Token()), "released twice")
 }
 
-func TestMutualExclusion(t *testing.T) {
-	b := make([]byte, 64)
+func TestMutualExclusionAcrossHandles(t *testing.T) {
+	b, register := table(t)
 	var wg sync.WaitGroup
 	counter := 0
 	for range 4 {
+		h := register()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 1000 {
-				Acquire(b, 0, proc.Self())
+			for range 2000 {
+				Acquire(b, lockAt, h)
 				counter++
-				Release(b, 0)
+				if !Release(b, lockAt, h.Token()) {
+					panic("lost a lock nobody could take over")
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	require.Equal(t, 4000, counter)
+	require.Equal(t, 8000, counter)
 }
 
-func TestTakeOverDeadOwner(t *testing.T) {
-	b := make([]byte, 64)
-	dead := deadToken(t)
-	mem.Store64(b, 0, uint64(dead))
+func TestTakeOverClosedHandle(t *testing.T) {
+	b, register := table(t)
+	h := register()
+	dead := register()
+	mem.Store64(b, lockAt, dead.Token())
+	require.NoError(t, dead.Close())
 	start := time.Now()
-	require.True(t, Acquire(b, 0, proc.Self()), "reports the takeover")
+	require.True(t, Acquire(b, lockAt, h), "reports the takeover")
 	require.Less(t, time.Since(start), time.Second)
-	require.Equal(t, proc.Self(), Owner(b, 0))
+	require.Equal(t, h.Token(), Owner(b, lockAt))
+	require.False(t, Release(b, lockAt, dead.Token()), "the dead owner's late release fails")
+	require.Equal(t, h.Token(), Owner(b, lockAt), "and changes nothing")
 
-	mem.Store64(b, 0, uint64(dead))
-	ok, recovered := TryAcquire(b, 0, proc.Self())
+	mem.Store64(b, lockAt, dead.Token())
+	ok, recovered := TryAcquire(b, lockAt, h)
 	require.True(t, ok)
 	require.True(t, recovered)
 }
 
-// A pid that is alive but started at another time was reused: dead.
-func TestTakeOverReusedPid(t *testing.T) {
-	b := make([]byte, 64)
-	mem.Store64(b, 0, uint64(proc.Make(os.Getppid(), 1)))
-	require.True(t, Acquire(b, 0, proc.Self()))
-}
-
-// A live owner is waited for, not taken over.
+// A live owner is waited for, however long, and never taken over; once its
+// handle closes, the waiter takes over within a check period.
 func TestWaitsForLiveOwner(t *testing.T) {
-	b := make([]byte, 64)
-	cmd := exec.Command("sleep", "5")
-	require.NoError(t, cmd.Start())
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	tok, err := proc.Of(cmd.Process.Pid)
-	require.NoError(t, err)
-	mem.Store64(b, 0, uint64(tok))
+	b, register := table(t)
+	h, holder := register(), register()
+	require.False(t, Acquire(b, lockAt, holder))
 	done := make(chan bool)
-	go func() { done <- Acquire(b, 0, proc.Self()) }()
+	go func() { done <- Acquire(b, lockAt, h) }()
 	select {
 	case <-done:
-		t.Fatal("took a lock from a live process")
-	case <-time.After(100 * time.Millisecond):
+		t.Fatal("took a lock from a live handle")
+	case <-time.After(3 * CheckEvery):
 	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
+	require.NoError(t, holder.Close())
 	select {
 	case recovered := <-done:
 		require.True(t, recovered)
@@ -98,67 +117,39 @@ func TestWaitsForLiveOwner(t *testing.T) {
 	}
 }
 
-func liveOther(t testing.TB) proc.Token {
-	cmd := exec.Command("sleep", "5")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	tok, err := proc.Of(cmd.Process.Pid)
-	require.NoError(t, err)
-	return tok
-}
-
-// A free lock whose heir is another live process is left to it: TryAcquire
-// fails, and Acquire takes it only after deferring for HeirPatience.
-func TestDefersToLiveHeir(t *testing.T) {
-	defer func(p time.Duration) { HeirPatience = p }(HeirPatience)
-	HeirPatience = 200 * time.Millisecond
-	b := make([]byte, 64)
-	heir := liveOther(t)
-	mem.Store64(b, HeirOff, uint64(heir))
-	ok, _ := TryAcquire(b, 0, proc.Self())
-	require.False(t, ok, "TryAcquire took a lock kept for a live heir")
-	start := time.Now()
-	require.False(t, Acquire(b, 0, proc.Self()))
-	require.GreaterOrEqual(t, time.Since(start), HeirPatience)
-	require.Equal(t, uint64(heir), mem.Load64(b, HeirOff), "another process's heir word is left alone")
-}
-
-// An heir that died waiting is cleared by the next waiter.
-func TestClearsDeadHeir(t *testing.T) {
-	b := make([]byte, 64)
-	mem.Store64(b, HeirOff, uint64(deadToken(t)))
-	require.False(t, Acquire(b, 0, proc.Self()))
-	require.Zero(t, mem.Load64(b, HeirOff))
-	require.Equal(t, proc.Self(), Owner(b, 0))
-}
-
-// A waiter that starves behind a live owner claims the heir word, and
-// clears it once it has the lock.
-func TestStarvingWaiterBecomesHeir(t *testing.T) {
-	b := make([]byte, 64)
-	owner := liveOther(t)
-	mem.Store64(b, 0, uint64(owner))
+// A parked waiter is woken by the release, not by its timeout: with the
+// check period set far beyond the test's bound, a waiter that slept through
+// the release would fail it.
+func TestParkedWaiterIsWoken(t *testing.T) {
+	defer func(a, e time.Duration) { CheckAfter, CheckEvery = a, e }(CheckAfter, CheckEvery)
+	CheckAfter, CheckEvery = time.Minute, time.Minute
+	b, register := table(t)
+	h, holder := register(), register()
+	require.False(t, Acquire(b, lockAt, holder))
 	done := make(chan struct{})
-	go func() { Acquire(b, 0, proc.Self()); close(done) }()
-	require.Eventually(t, func() bool { return mem.Load64(b, HeirOff) == uint64(proc.Self()) },
-		5*time.Second, time.Millisecond, "a waiter past StarveAfter claims the heir word")
-	Release(b, 0) // as the owner would
-	<-done
-	require.Equal(t, proc.Self(), Owner(b, 0))
-	require.Zero(t, mem.Load64(b, HeirOff), "the heir clears its word once it holds the lock")
+	go func() { Acquire(b, lockAt, h); close(done) }()
+	// Wait until the waiter has announced itself asleep.
+	for mem.Load32(b, lockAt+FutexOff)&waitersBit == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	require.True(t, Release(b, lockAt, holder.Token()))
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the parked waiter was not woken by the release")
+	}
+	require.Zero(t, mem.Load32(b, lockAt+FutexOff)&waitersBit, "the release cleared the waiters bit")
 }
 
-// BenchmarkCrossProcessFairness pits eight goroutines of this process
-// against one goroutine acting for another live process (a sleep(1)'s
-// token), all taking one lock for 5 µs at a time, for two seconds. It
-// reports the other process's worst and mean Acquire and its share of the
-// acquisitions: without the heir word a busy process could starve it for
-// seconds.
-func BenchmarkCrossProcessFairness(b *testing.B) {
-	q := liveOther(b)
-	p := proc.Self()
+// BenchmarkFairness pits eight goroutines of one handle against one
+// goroutine of another, all taking one lock for 5 µs at a time, for two
+// seconds. It reports the lone goroutine's worst and mean Acquire and its
+// share of the acquisitions.
+func BenchmarkFairness(b *testing.B) {
+	lock, register := table(b)
+	p, q := register(), register()
 	for b.Loop() {
-		lock := make([]byte, 64)
+		mem.Store64(lock, lockAt, 0)
 		var stop atomic.Bool
 		var pOps atomic.Int64
 		var wg sync.WaitGroup
@@ -171,9 +162,9 @@ func BenchmarkCrossProcessFairness(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for !stop.Load() {
-					Acquire(lock, 0, p)
+					Acquire(lock, lockAt, p)
 					hold()
-					Release(lock, 0)
+					Release(lock, lockAt, p.Token())
 					pOps.Add(1)
 				}
 			}()
@@ -182,11 +173,11 @@ func BenchmarkCrossProcessFairness(b *testing.B) {
 		var qMax, qSum time.Duration
 		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); qOps++ {
 			s := time.Now()
-			Acquire(lock, 0, q)
+			Acquire(lock, lockAt, q)
 			d := time.Since(s)
 			qMax, qSum = max(qMax, d), qSum+d
 			hold()
-			Release(lock, 0)
+			Release(lock, lockAt, q.Token())
 		}
 		stop.Store(true)
 		wg.Wait()
@@ -194,18 +185,4 @@ func BenchmarkCrossProcessFairness(b *testing.B) {
 		b.ReportMetric(float64(qSum.Microseconds())/float64(qOps), "q-mean-µs")
 		b.ReportMetric(float64(qOps)/float64(int64(qOps)+pOps.Load()), "q-share")
 	}
-}
-
-// Waiting behind its own process makes no heir: the heir word is for
-// fairness between processes, and costs one process's goroutines nothing.
-func TestNoHeirBehindOwnProcess(t *testing.T) {
-	b := make([]byte, 64)
-	self := proc.Self()
-	require.False(t, Acquire(b, 0, self))
-	done := make(chan struct{})
-	go func() { Acquire(b, 0, self); close(done) }()
-	time.Sleep(10 * StarveAfter)
-	require.Zero(t, mem.Load64(b, HeirOff), "a waiter behind its own process claimed the heir word")
-	Release(b, 0)
-	<-done
 }
