@@ -75,14 +75,17 @@ const (
 	maxSlotSize     = 1 << 24
 	maxSlots        = 1<<32 - 1
 
-	// A reader retries a slot that changed under it this many times, and
-	// waits this long for a slot being written, before it reports busy.
+	// A reader retries a slot that changed under it this many times
+	// before it reports busy.
 	readRetries = 64
-	oddPatience = 5 * time.Millisecond
 	// How long a reader waits on a slot being written before it asks
-	// whether the writer is alive.
+	// whether the writer is alive, and between two such questions.
 	oddCheckAfter = 500 * time.Microsecond
 )
+
+// oddPatience is how long a reader waits for a slot being written before it
+// reports busy; a variable so tests can lengthen it.
+var oddPatience = 5 * time.Millisecond
 
 // A Map is a fixed-capacity hash map in an arena, shared by every process
 // that opens the arena. Reads take no lock (each slot is a seqlock); writes

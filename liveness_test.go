@@ -1,0 +1,110 @@
+package shmarena
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/owner"
+	"github.com/stretchr/testify/require"
+)
+
+// sameHome returns two keys of different stripes whose home slot is the
+// same, so the second stored sits just past the first.
+func sameHome(m *Map) (first, second string) {
+	seen := map[uint64]string{}
+	for i := 0; ; i++ {
+		k := keyInStripe(m, "h", uint64(i)%m.stripes) + "-" + string(rune('a'+i%26))
+		h := hashKey(k)
+		if o, ok := seen[m.home(h)]; ok && m.stripeOf(hashKey(o)) != m.stripeOf(h) {
+			return o, k
+		}
+		seen[m.home(h)] = k
+	}
+}
+
+// Review bug 2: a reader of a live key meets, earlier on the key's probe
+// chain, a slot left mid-claim by a writer that died; by the time it asks,
+// another handle has taken the dead writer's stripe and is repairing it.
+// The reader must keep waiting for that recoverer and then find the key,
+// and, if the recoverer never finishes, give up counting Busy, never
+// report the live key absent silently.
+func TestReaderWaitsForLiveRecoverer(t *testing.T) {
+	defer func(p time.Duration) { oddPatience = p }(oddPatience)
+	oddPatience = 2 * time.Second // far beyond the recoverer's delay: only a reader that gives up early fails
+	for _, finishes := range []bool{true, false} {
+		name := map[bool]string{true: "recoverer finishes", false: "recoverer never finishes"}[finishes]
+		t.Run(name, func(t *testing.T) {
+			if !finishes {
+				oddPatience = 50 * time.Millisecond
+			}
+			a, path := tempArena(t, 1<<20)
+			m, err := a.Map("m", WithSlots(64), WithStripes(4))
+			require.NoError(t, err)
+			dead, live := sameHome(m)
+			require.NoError(t, m.Store(dead, []byte("half")))
+			require.NoError(t, m.Store(live, []byte("v")))
+
+			recoverer, err := Open(path)
+			require.NoError(t, err)
+			defer recoverer.Close()
+			gone, err := Open(path)
+			require.NoError(t, err)
+			require.NoError(t, gone.Close()) // its token is dead from now on
+
+			// The dead writer's state: its stripe held, the slot odd and
+			// tagged as a claim in progress.
+			v, found := m.find(dead, hashKey(dead))
+			require.True(t, found)
+			s := m.stripeOf(hashKey(dead))
+			mem.Store64(m.mem, m.lockOff(s), gone.self)
+			mem.Store64(m.mem, m.lockOff(s)+8, m.slotIndex(v.off)+1)
+			m.setTag(m.slotIndex(v.off), tagUnknown)
+			odd := m.begun(v.ver, s)
+			mem.Store64(m.mem, v.off+sVersion, odd)
+
+			// When the reader asks about the owner, the recoverer has just
+			// taken the stripe over: the reader's own takeover must fail.
+			var asked atomic.Bool
+			repaired := make(chan struct{})
+			aliveFn = func(h *owner.Handle, tok uint64) bool {
+				if asked.CompareAndSwap(false, true) {
+					require.True(t, mem.CAS64(m.mem, m.lockOff(s), gone.self, recoverer.self))
+					if finishes {
+						go func() {
+							defer close(repaired)
+							time.Sleep(20 * time.Millisecond)
+							mr, err := recoverer.Map("m", WithSlots(64), WithStripes(4))
+							if err == nil {
+								mr.repairStripe(s)
+								mr.release(s)
+							}
+						}()
+					}
+				}
+				return h.Alive(tok)
+			}
+			defer func() { aliveFn = (*owner.Handle).Alive }()
+
+			busy := m.Stats().Busy
+			got, ok := m.Load(live)
+			require.True(t, asked.Load(), "the reader never asked about the writer")
+			if finishes {
+				<-repaired
+				require.True(t, ok, "a live key read as absent while its chain was being repaired")
+				require.Equal(t, "v", string(got))
+				require.Equal(t, busy, m.Stats().Busy)
+				require.False(t, m.Exists(dead), "the half-written slot became a tombstone")
+				return
+			}
+			require.False(t, ok)
+			require.Equal(t, busy+1, m.Stats().Busy, "giving up on a slot still being repaired counts Busy")
+			// Let the recoverer finish now, so the arena closes clean.
+			m2, err := recoverer.Map("m", WithSlots(64), WithStripes(4))
+			require.NoError(t, err)
+			m2.repairStripe(s)
+			require.True(t, m2.release(s))
+		})
+	}
+}
