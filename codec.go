@@ -181,8 +181,9 @@ func (t *TypedMap[V]) CompareAndSwap(key string, old, new V) (swapped bool, err 
 // fn receives a freshly decoded copy of the current value and true, or the
 // zero V and false when the key is absent or lapsed. It returns the new
 // value and keep; keep false deletes the key (a no-op when absent). The
-// entry keeps its deadline unless opts has WithTTL; a key Update creates
-// has none unless opts has WithTTL. Update returns the value fn returned
+// entry keeps its deadline unless opts has WithTTL, even a deadline that
+// passes while fn runs (the value is then written already lapsed); a key
+// Update creates, fn having got false, has none unless opts has WithTTL. Update returns the value fn returned
 // (the zero V when the key was deleted).
 //
 // fn must be short, since every writer of a key on the same stripe waits
@@ -287,7 +288,16 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 	if len(key)+len(nb) > m.maxPair {
 		return fmt.Errorf("shmarena: map %q: %w: key %d + value %d bytes, slot holds %d", m.name, ErrTooLarge, len(key), len(nb), m.maxPair)
 	}
-	return m.storeLocked(s, key, h, nb, c, nil)
+	// The write follows the liveness fn was given, decided once above: an
+	// entry that lapses while fn runs keeps its deadline (now past), rather
+	// than being taken for a new key and written with none. The key's slot
+	// is as find saw it, since only holders of its stripe change it.
+	if found && !live {
+		m.stat(mhExpired)
+	}
+	v, free, found := m.locate(key, h, s)
+	e := entry{key: key, h: h, val: nb, deadline: deadlineFor(c, v, live)}
+	return m.put(s, &e, v, free, found)
 }
 
 // --- encoding ---
