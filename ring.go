@@ -97,6 +97,10 @@ var (
 	holeCheckAfter = 50 * time.Millisecond
 )
 
+// validateRingHook, when set (by tests only), runs inside validateRing
+// between its reads of the ring's head and of the groups' positions.
+var validateRingHook func()
+
 // publishHook, when set (by tests only), runs inside Publish after the
 // record is written and before it is committed, with the lock held.
 var publishHook func(seq uint64)
@@ -223,12 +227,20 @@ func validateRing(b []byte, e layout.Entry) error {
 	case mem.Load64(b, o+rl.OffVersion) != e.Params[2]:
 		return fmt.Errorf("ring header says layout %d, directory %d", mem.Load64(b, o+rl.OffVersion), e.Params[2])
 	}
+	// Members may publish, claim and repair while this runs, so a word
+	// that grows with the head is read before the head and checked against
+	// it, or, for the positions read after it, against the head read again
+	// (a position is never ahead of the head it was read after).
+	ab := mem.Load64(b, o+rl.OffAbandoned)
 	next := mem.Load64(b, o+rl.OffNext)
+	if h := validateRingHook; h != nil {
+		h()
+	}
 	if next == 0 || next >= rl.MaxSeq {
 		return fmt.Errorf("next sequence %d out of range", next)
 	}
-	if ab := mem.Load64(b, o+rl.OffAbandoned); ab >= next {
-		return fmt.Errorf("%d abandoned of %d sequences", ab, next-1)
+	if ab > next { // a repair counts its hole just before it moves the head
+		return fmt.Errorf("%d abandoned, next sequence %d", ab, next)
 	}
 	for i := 0; i < rl.Groups; i++ {
 		g := o + rl.GroupOff(i)
@@ -243,7 +255,11 @@ func validateRing(b []byte, e layout.Entry) error {
 		if nl == 0 || nl > rl.MaxGroupName || tl > rl.MaxGroupTopic {
 			return fmt.Errorf("group entry %d has name length %d, topic length %d", i, nl, tl)
 		}
-		if p := mem.Load64(b, g+rl.GPosition); p == 0 || p > next {
+		p := mem.Load64(b, g+rl.GPosition)
+		if p > next {
+			next = mem.Load64(b, o+rl.OffNext)
+		}
+		if p == 0 || p > next {
 			return fmt.Errorf("group entry %d at position %d, ring head %d", i, p, next)
 		}
 	}
