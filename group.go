@@ -334,10 +334,15 @@ func (g *Group) Wait(ctx context.Context) error {
 // Records returns an iterator over records claimed one at a time, waiting
 // when there are none, until ctx ends or the arena closes. Each record is
 // claimed just before it is yielded, so breaking out of the loop leaves no
-// claimed record behind; the delivery rules are those of Claim.
+// claimed record behind; the delivery rules are those of Claim. ctx is
+// checked before every claim: with a ctx already done it yields nothing,
+// and once ctx ends it claims no more, even while records keep coming.
 func (g *Group) Records(ctx context.Context) iter.Seq[Record] {
 	return func(yield func(Record) bool) {
 		for {
+			if ctx.Err() != nil {
+				return
+			}
 			recs := g.Claim(1)
 			if len(recs) == 1 {
 				if !yield(recs[0]) {
