@@ -231,6 +231,7 @@ func validateRing(b []byte, e layout.Entry) error {
 	// that grows with the head is read before the head and checked against
 	// it, or, for the positions read after it, against the head read again
 	// (a position is never ahead of the head it was read after).
+	holeCount, holeSeq := mem.Load64(b, o+rl.OffHoleCount), mem.Load64(b, o+rl.OffHoleSeq)
 	ab := mem.Load64(b, o+rl.OffAbandoned)
 	next := mem.Load64(b, o+rl.OffNext)
 	if h := validateRingHook; h != nil {
@@ -241,6 +242,9 @@ func validateRing(b []byte, e layout.Entry) error {
 	}
 	if ab > next { // a repair counts its hole just before it moves the head
 		return fmt.Errorf("%d abandoned, next sequence %d", ab, next)
+	}
+	if holeSeq > next || holeCount > ab {
+		return fmt.Errorf("hole %d with %d abandoned before it; %d abandoned, next sequence %d", holeSeq, holeCount, ab, next)
 	}
 	for i := 0; i < rl.Groups; i++ {
 		g := o + rl.GroupOff(i)
@@ -438,6 +442,13 @@ func (r *Ring) arm() uint32 {
 // repair runs with the publish lock held after taking it from a dead
 // owner (or on reset after a reboot): a record begun but not committed
 // becomes an abandoned hole that readers step over, and is counted.
+//
+// Marking and counting are one idempotent step, so a recoverer that dies
+// anywhere in it (the lock then passes to the next, which repairs again)
+// leaves a state redone to the same result: the count before the hole is
+// kept once per hole in the header (hole count, then hole sequence), and
+// the abandoned count is stored from it, never added to. Until the head
+// moves on, Stats may show the hole counted with the head not past it.
 func (r *Ring) repair() {
 	b := r.b
 	s := mem.Load64(b, r.off+rl.OffNext)
@@ -448,12 +459,16 @@ func (r *Ring) repair() {
 	if mem.Load64(b, o+rl.SBegin) != s {
 		return // the dead producer had not started: no hole
 	}
-	if !(mem.Load64(b, o+rl.SEnd) == s && mem.Load64(b, o+rl.SLens) == rl.AbandonedLens) {
-		// Not already marked by a recoverer that died in turn.
-		mem.Store64(b, o+rl.SLens, rl.AbandonedLens)
-		mem.Store64(b, o+rl.SEnd, s)
-		mem.Add64(b, r.off+rl.OffAbandoned, 1)
+	if mem.Load64(b, r.off+rl.OffHoleSeq) != s {
+		mem.Store64(b, r.off+rl.OffHoleCount, mem.Load64(b, r.off+rl.OffAbandoned))
+		mem.Store64(b, r.off+rl.OffHoleSeq, s)
 	}
+	crashPoint("hole-prepared")
+	mem.Store64(b, r.off+rl.OffAbandoned, mem.Load64(b, r.off+rl.OffHoleCount)+1)
+	crashPoint("hole-counted")
+	mem.Store64(b, o+rl.SLens, rl.AbandonedLens)
+	mem.Store64(b, o+rl.SEnd, s)
+	crashPoint("hole-marked")
 	mem.Store64(b, r.off+rl.OffNext, s+1)
 	if r.a != nil {
 		r.wake()

@@ -303,6 +303,7 @@ func TestRingValidateOnAttach(t *testing.T) {
 	}{
 		{"magic", rl.OffMagic, 1}, {"slots", rl.OffSlots, 9}, {"slot size", rl.OffSlotSize, 72},
 		{"next", rl.OffNext, 0}, {"group state", rl.GroupOff(3) + rl.GState, 7},
+		{"abandoned", rl.OffAbandoned, 2}, {"hole sequence", rl.OffHoleSeq, 2}, {"hole count", rl.OffHoleCount, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, err := patch64(path, off+tc.at, tc.v)
