@@ -150,14 +150,14 @@ func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
 		o(&cfg)
 	}
 	if cfg.stripes != 0 || cfg.encoded {
-		return nil, fmt.Errorf("shmarena: ring %q: %w: stripes and encoding are map options", name, ErrInvalid)
+		return nil, fmt.Errorf("shmarena: ring %s: %w: stripes and encoding are map options", quote(name), ErrInvalid)
 	}
 	if cfg.slotSize > 0 {
 		cfg.slotSize = (cfg.slotSize + 7) &^ 7
 	}
 	length, err := rl.Length(cfg.slots, cfg.slotSize)
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: ring %q: %w: %v", name, ErrInvalid, err)
+		return nil, fmt.Errorf("shmarena: ring %s: %w: %v", quote(name), ErrInvalid, err)
 	}
 	spec := regionSpec{
 		name:   name,
@@ -179,7 +179,7 @@ func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
 		return nil, err
 	}
 	if err := checkRingEntry(a.mem, e); err != nil {
-		return nil, fmt.Errorf("shmarena: ring %q: %w: %v", name, ErrCorrupt, err)
+		return nil, fmt.Errorf("shmarena: ring %s: %w: %v", quote(name), ErrCorrupt, err)
 	}
 	return &Ring{
 		a: a, b: a.mem, name: name, off: int(e.Offset),
