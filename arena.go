@@ -484,14 +484,14 @@ func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
 		o(&cfg)
 	}
 	if cfg.size == 0 {
-		return nil, fmt.Errorf("shmarena: memfd %q: %w: WithSize is required", name, ErrInvalid)
+		return nil, fmt.Errorf("shmarena: memfd %s: %w: WithSize is required", quote(name), ErrInvalid)
 	}
 	if err := cfg.check(); err != nil {
-		return nil, fmt.Errorf("shmarena: memfd %q: %w", name, err)
+		return nil, fmt.Errorf("shmarena: memfd %s: %w", quote(name), err)
 	}
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: memfd %q: %w", name, err)
+		return nil, fmt.Errorf("shmarena: memfd %s: %w", quote(name), err)
 	}
 	f := os.NewFile(uintptr(fd), "memfd:"+name)
 	a, err := initFile(f, "", cfg)
@@ -660,7 +660,7 @@ type regionSpec struct {
 // entry is published (state ready) only after its region is written.
 func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 	if err := layout.ValidateName(spec.name); err != nil {
-		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: %v", spec.name, ErrInvalid, err)
+		return layout.Entry{}, fmt.Errorf("shmarena: region %s: %w: %v", quote(spec.name), ErrInvalid, err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -669,15 +669,15 @@ func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 	}
 	fd := int(a.f.Fd())
 	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
-		return layout.Entry{}, fmt.Errorf("shmarena: region %q: lock: %w", spec.name, err)
+		return layout.Entry{}, fmt.Errorf("shmarena: region %s: lock: %w", quote(spec.name), err)
 	}
 	defer unix.Flock(fd, unix.LOCK_UN)
 
 	h := layout.ReadHeader(a.mem)
 	size := int64(len(a.mem))
 	if h.NextFree < layout.HeaderSize || h.NextFree > size || h.NextFree%layout.RegionAlign != 0 {
-		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: allocation mark %d outside [%d, %d]",
-			spec.name, ErrCorrupt, h.NextFree, layout.HeaderSize, size)
+		return layout.Entry{}, fmt.Errorf("shmarena: region %s: %w: allocation mark %d outside [%d, %d]",
+			quote(spec.name), ErrCorrupt, h.NextFree, layout.HeaderSize, size)
 	}
 	free, ready := -1, uint32(0)
 	for i := 0; i < layout.DirEntries; i++ {
@@ -706,11 +706,11 @@ func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 		}
 	}
 	if free < 0 {
-		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: all %d directory entries are in use", spec.name, ErrArenaFull, layout.DirEntries)
+		return layout.Entry{}, fmt.Errorf("shmarena: region %s: %w: all %d directory entries are in use", quote(spec.name), ErrArenaFull, layout.DirEntries)
 	}
 	length := layout.Align(spec.length)
 	if avail := size - h.NextFree; length > avail {
-		return layout.Entry{}, fmt.Errorf("shmarena: region %q: %w: needs %d bytes, %d free", spec.name, ErrArenaFull, length, avail)
+		return layout.Entry{}, fmt.Errorf("shmarena: region %s: %w: needs %d bytes, %d free", quote(spec.name), ErrArenaFull, length, avail)
 	}
 	e := layout.Entry{Index: free, State: layout.EntryReady, Kind: uint32(spec.kind), Name: spec.name,
 		Offset: h.NextFree, Length: length, Params: spec.params}
@@ -729,18 +729,18 @@ func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 
 func (s regionSpec) sameShape(e layout.Entry, nextFree, size int64) error {
 	if RegionKind(e.Kind) != s.kind {
-		return fmt.Errorf("shmarena: region %q: %w: it is a %v, asked for a %v", s.name, ErrShape, RegionKind(e.Kind), s.kind)
+		return fmt.Errorf("shmarena: region %s: %w: it is a %v, asked for a %v", quote(s.name), ErrShape, RegionKind(e.Kind), s.kind)
 	}
 	for k, n := range s.names {
 		if n != "" && e.Params[k] != s.params[k] {
-			return fmt.Errorf("shmarena: region %q: %w: %s is %d, asked for %d", s.name, ErrShape, n, e.Params[k], s.params[k])
+			return fmt.Errorf("shmarena: region %s: %w: %s is %d, asked for %d", quote(s.name), ErrShape, n, e.Params[k], s.params[k])
 		}
 	}
 	if err := layout.ValidateEntry(e, nextFree); err != nil {
 		return fmt.Errorf("shmarena: %w: %v", ErrCorrupt, err)
 	}
 	if e.Length < s.length || e.Length > size-e.Offset {
-		return fmt.Errorf("shmarena: region %q: %w: %d bytes at %d, its shape needs %d in a %d-byte file", s.name, ErrCorrupt, e.Length, e.Offset, s.length, size)
+		return fmt.Errorf("shmarena: region %s: %w: %d bytes at %d, its shape needs %d in a %d-byte file", quote(s.name), ErrCorrupt, e.Length, e.Offset, s.length, size)
 	}
 	return nil
 }

@@ -181,8 +181,9 @@ func (t *TypedMap[V]) CompareAndSwap(key string, old, new V) (swapped bool, err 
 // fn receives a freshly decoded copy of the current value and true, or the
 // zero V and false when the key is absent or lapsed. It returns the new
 // value and keep; keep false deletes the key (a no-op when absent). The
-// entry keeps its deadline unless opts has WithTTL; a key Update creates
-// has none unless opts has WithTTL. Update returns the value fn returned
+// entry keeps its deadline unless opts has WithTTL, even a deadline that
+// passes while fn runs (the value is then written already lapsed); a key
+// Update creates, fn having got false, has none unless opts has WithTTL. Update returns the value fn returned
 // (the zero V when the key was deleted).
 //
 // fn must be short, since every writer of a key on the same stripe waits
@@ -282,9 +283,18 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 		return nil
 	}
 	if len(key)+len(nb) > m.maxPair {
-		return fmt.Errorf("shmarena: map %q: %w: key %d + value %d bytes, slot holds %d", m.name, ErrTooLarge, len(key), len(nb), m.maxPair)
+		return fmt.Errorf("shmarena: map %s: %w: key %d + value %d bytes, slot holds %d", quote(m.name), ErrTooLarge, len(key), len(nb), m.maxPair)
 	}
-	return m.storeLocked(s, key, h, nb, c, nil)
+	// The write follows the liveness fn was given, decided once above: an
+	// entry that lapses while fn runs keeps its deadline (now past), rather
+	// than being taken for a new key and written with none. The key's slot
+	// is as find saw it, since only holders of its stripe change it.
+	if found && !live {
+		m.stat(mhExpired)
+	}
+	v, free, found := m.locate(key, h, s)
+	e := entry{key: key, h: h, val: nb, deadline: deadlineFor(c, v, live)}
+	return m.put(s, &e, v, free, found)
 }
 
 // --- encoding ---
@@ -339,12 +349,12 @@ var decPool = sync.Pool{New: func() any {
 func (t *TypedMap[V]) encode(st *encState, v *V) (b []byte, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("shmarena: map %q: %w: %v", t.m.name, ErrEncode, p)
+			err = fmt.Errorf("shmarena: map %s: %w: %v", quote(t.m.name), ErrEncode, p)
 		}
 	}()
 	st.buf.Reset()
 	if err := st.enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("shmarena: map %q: %w: %v", t.m.name, ErrEncode, err)
+		return nil, fmt.Errorf("shmarena: map %s: %w: %v", quote(t.m.name), ErrEncode, err)
 	}
 	b = st.buf.Bytes()
 	if t.canon {
@@ -353,7 +363,7 @@ func (t *TypedMap[V]) encode(st *encState, v *V) (b []byte, err error) {
 			err = fmt.Errorf("%d bytes after the value", len(rest))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("shmarena: map %q: %w: canonical form: %v", t.m.name, ErrEncode, err)
+			return nil, fmt.Errorf("shmarena: map %s: %w: canonical form: %v", quote(t.m.name), ErrEncode, err)
 		}
 		st.cb = c
 		b = c
@@ -370,7 +380,7 @@ func (t *TypedMap[V]) decode(key string, b []byte, v *V) (err error) {
 	st.dec.SetMapDecoder(decodeAnyMap)
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("shmarena: map %q: key %q: %w: decoder panicked: %v", t.m.name, key, ErrCorrupt, p)
+			err = fmt.Errorf("shmarena: map %s: key %s: %w: decoder panicked: %v", quote(t.m.name), quote(key), ErrCorrupt, p)
 			return // the decoder's state is unknown: do not pool it
 		}
 		st.r.Reset(nil)
@@ -379,13 +389,13 @@ func (t *TypedMap[V]) decode(key string, b []byte, v *V) (err error) {
 	// msgpack sizes a collection by its declared count before reading it,
 	// so a corrupt count could exhaust memory: check every count first.
 	if err := msgpackValid(b); err != nil {
-		return fmt.Errorf("shmarena: map %q: key %q: %w: %v", t.m.name, key, ErrCorrupt, err)
+		return fmt.Errorf("shmarena: map %s: key %s: %w: %v", quote(t.m.name), quote(key), ErrCorrupt, err)
 	}
 	if err := st.dec.Decode(v); err != nil {
-		return fmt.Errorf("shmarena: map %q: key %q: %w: %v", t.m.name, key, ErrCorrupt, err)
+		return fmt.Errorf("shmarena: map %s: key %s: %w: %v", quote(t.m.name), quote(key), ErrCorrupt, err)
 	}
 	if n := st.r.Len(); n != 0 {
-		return fmt.Errorf("shmarena: map %q: key %q: %w: %d bytes after the value", t.m.name, key, ErrCorrupt, n)
+		return fmt.Errorf("shmarena: map %s: key %s: %w: %d bytes after the value", quote(t.m.name), quote(key), ErrCorrupt, n)
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package shmarena
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+	"unicode/utf8"
+)
 
 // Sentinel errors. Every error the package returns wraps one of these (or
 // an error from the operating system, such as os.ErrNotExist or
@@ -82,3 +86,22 @@ var (
 	// ErrInvalid means an option or argument is out of range.
 	ErrInvalid = errors.New("invalid argument")
 )
+
+// quoteMax is how many bytes of a caller's string an error quotes.
+const quoteMax = 64
+
+// quote returns s quoted as %q would, for an error message that names a
+// caller's input (a name, topic or key): a string longer than quoteMax
+// bytes is cut there (at a rune boundary), marked with "…" and followed
+// by its length, as in "aaaa…" (1048576 bytes), so a huge input does not
+// make a huge error.
+func quote(s string) string {
+	if len(s) <= quoteMax {
+		return strconv.Quote(s)
+	}
+	n := quoteMax
+	for i := 1; i < utf8.UTFMax && !utf8.RuneStart(s[n]); i++ {
+		n--
+	}
+	return strconv.Quote(s[:n]+"…") + " (" + strconv.Itoa(len(s)) + " bytes)"
+}

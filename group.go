@@ -97,10 +97,10 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 		o(&cfg)
 	}
 	if name == "" || len(name) > rl.MaxGroupName {
-		return nil, fmt.Errorf("shmarena: ring %q: group %q: %w: name must be 1 to %d bytes", r.name, name, ErrInvalid, rl.MaxGroupName)
+		return nil, fmt.Errorf("shmarena: ring %s: group %s: %w: name must be 1 to %d bytes", quote(r.name), quote(name), ErrInvalid, rl.MaxGroupName)
 	}
 	if len(cfg.topic) > rl.MaxGroupTopic {
-		return nil, fmt.Errorf("shmarena: ring %q: group %q: %w: topic is %d bytes, at most %d", r.name, name, ErrInvalid, len(cfg.topic), rl.MaxGroupTopic)
+		return nil, fmt.Errorf("shmarena: ring %s: group %s: %w: topic is %d bytes, at most %d", quote(r.name), quote(name), ErrInvalid, len(cfg.topic), rl.MaxGroupTopic)
 	}
 	b := r.b
 	if !r.a.enter(0) {
@@ -150,16 +150,16 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 		}
 		tl := mem.Load32(b, g+rl.GTopicLen)
 		if tl > rl.MaxGroupTopic {
-			return 0, fmt.Errorf("shmarena: ring %q: group %q: %w: topic length %d", r.name, name, ErrCorrupt, tl)
+			return 0, fmt.Errorf("shmarena: ring %s: group %s: %w: topic length %d", quote(r.name), quote(name), ErrCorrupt, tl)
 		}
 		have := string(mem.AppendBytes(nil, b, g+rl.GTopic, int(tl)))
 		if have != cfg.topic {
-			return 0, fmt.Errorf("shmarena: ring %q: group %q: %w: it is bound to topic %q, asked for %q", r.name, name, ErrShape, have, cfg.topic)
+			return 0, fmt.Errorf("shmarena: ring %s: group %s: %w: it is bound to topic %s, asked for %s", quote(r.name), quote(name), ErrShape, quote(have), quote(cfg.topic))
 		}
 		return g, nil
 	}
 	if free < 0 {
-		return 0, fmt.Errorf("shmarena: ring %q: group %q: %w: all %d entries are in use", r.name, name, ErrTooManyGroups, rl.Groups)
+		return 0, fmt.Errorf("shmarena: ring %s: group %s: %w: all %d entries are in use", quote(r.name), quote(name), ErrTooManyGroups, rl.Groups)
 	}
 	g := free
 	mem.Store64(b, g+rl.GState, rl.GroupCreating)
@@ -336,10 +336,15 @@ func (g *Group) Wait(ctx context.Context) error {
 // Records returns an iterator over records claimed one at a time, waiting
 // when there are none, until ctx ends or the arena closes. Each record is
 // claimed just before it is yielded, so breaking out of the loop leaves no
-// claimed record behind; the delivery rules are those of Claim.
+// claimed record behind; the delivery rules are those of Claim. ctx is
+// checked before every claim: with a ctx already done it yields nothing,
+// and once ctx ends it claims no more, even while records keep coming.
 func (g *Group) Records(ctx context.Context) iter.Seq[Record] {
 	return func(yield func(Record) bool) {
 		for {
+			if ctx.Err() != nil {
+				return
+			}
 			recs := g.Claim(1)
 			if len(recs) == 1 {
 				if !yield(recs[0]) {

@@ -176,7 +176,7 @@ func MapBytes(opts ...RegionOption) (int64, error) {
 func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, error) {
 	cfg, err := mapShape(encoded, opts)
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: map %q: %w", name, err)
+		return nil, fmt.Errorf("shmarena: map %s: %w", quote(name), err)
 	}
 	var flags uint64
 	if cfg.encoded {

@@ -26,7 +26,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err er
 		return 0, err
 	}
 	if m.encoded {
-		return 0, fmt.Errorf("shmarena: map %q: %w", m.name, ErrEncoded)
+		return 0, fmt.Errorf("shmarena: map %s: %w", quote(m.name), ErrEncoded)
 	}
 	h := hashKey(key)
 	if !lockedAddsForTest {
@@ -42,7 +42,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err er
 	v, free, found := m.locate(key, h, s)
 	if found && !lapsed(v.deadline) {
 		if metaFlags(v.meta)&flagCounter == 0 {
-			return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter)
+			return 0, fmt.Errorf("shmarena: map %s: key %s: %w", quote(m.name), quote(key), ErrNotCounter)
 		}
 		crashPoint("add")
 		// An atomic add: lock-free adders (addInPlace) may race with it,
@@ -82,7 +82,7 @@ func (m *Map) addInPlace(key string, h uint64, delta int64) (n int64, err error,
 		case !found:
 			return 0, nil, false
 		case metaFlags(v.meta)&flagCounter == 0:
-			return 0, fmt.Errorf("shmarena: map %q: key %q: %w", m.name, key, ErrNotCounter), true
+			return 0, fmt.Errorf("shmarena: map %s: key %s: %w", quote(m.name), quote(key), ErrNotCounter), true
 		}
 		m.noteHint(h, v.off)
 	}

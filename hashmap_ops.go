@@ -268,7 +268,8 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 }
 
 // Expire sets key's deadline to ttl from now (ttl <= 0 removes it, as
-// Redis PERSIST does) and reports whether the key was present.
+// Redis PERSIST does) and reports whether the key was present. A lapsed
+// entry is collected (counted in Stats.Expired) and reports false.
 func (m *Map) Expire(key string, ttl time.Duration) bool {
 	if key == "" || m.a.closed.Load() {
 		return false
@@ -280,15 +281,27 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
-	if !found || lapsed(v.deadline) {
+	if !found {
+		return false
+	}
+	crashPoint("expire")
+	// Liveness is decided once, by one clock reading taken with the slot
+	// begun: lock-free readers wait from then until the write ends, so
+	// none can see the entry lapse and then see it live again, and the new
+	// deadline counts from the reading that found it live.
+	odd := m.begin(s, v)
+	n := now()
+	if v.deadline != 0 && v.deadline <= n {
+		if m.remove(s, v) { // begins the slot again: the same version, a no-op
+			m.stat(mhExpired)
+		}
 		return false
 	}
 	var d int64
 	if ttl > 0 {
-		d = deadlineAfter(ttl)
+		d = deadlineFrom(n, ttl)
 		m.noteDeadlines()
 	}
-	odd := m.begin(s, v)
 	mem.Store64(m.mem, v.off+sDeadline, uint64(d))
 	if !m.end(v.off, odd) {
 		return false

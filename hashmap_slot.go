@@ -182,8 +182,10 @@ func now() int64 { return time.Now().UnixNano() }
 // deadlineAfter returns the deadline ttl (> 0) from now, saturating at the
 // largest time rather than wrapping into the past: a "forever" TTL such as
 // math.MaxInt64 must not expire the entry at once.
-func deadlineAfter(ttl time.Duration) int64 {
-	n := now()
+func deadlineAfter(ttl time.Duration) int64 { return deadlineFrom(now(), ttl) }
+
+// deadlineFrom is deadlineAfter from the clock reading n.
+func deadlineFrom(n int64, ttl time.Duration) int64 {
 	if int64(ttl) > math.MaxInt64-n {
 		return math.MaxInt64
 	}

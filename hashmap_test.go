@@ -855,3 +855,37 @@ func TestReadNearDecidesCommonCases(t *testing.T) {
 	_, _, r := m.readNear("absent", hashKey("absent"), nil, true)
 	require.Equal(t, nearMiss, r)
 }
+
+// An entry that lapses while Expire holds it (between finding it and
+// writing its new deadline) stays dead and is collected as expired: Expire
+// must not bring it back, with a new deadline or (ttl <= 0) for good.
+func TestMapExpireLapsingEntryStaysDead(t *testing.T) {
+	for _, ttl := range []time.Duration{0, time.Hour} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			m := testMap(t)
+			require.NoError(t, m.Store("k", []byte("v"), WithTTL(20*time.Millisecond)))
+			lapsedBy := time.Now().Add(20 * time.Millisecond)
+			hooked := 0
+			crashHook = func(p string) {
+				if p != "expire" {
+					return
+				}
+				hooked++
+				for !time.Now().After(lapsedBy) {
+					time.Sleep(time.Millisecond) // waiting for the clock, not for another process
+				}
+			}
+			t.Cleanup(func() { crashHook = nil })
+			expired := m.Expire("k", ttl)
+			require.Equal(t, 1, hooked, "Expire must pass the hook between find and write")
+			require.False(t, m.Exists("k"), "a lapsed entry came back to life")
+			require.False(t, expired, "the entry lapsed before Expire wrote: it was not there to expire")
+			_, ok := m.TTL("k")
+			require.False(t, ok)
+			st := m.Stats()
+			require.Equal(t, uint64(1), st.Expired)
+			require.Equal(t, 0, st.Used)
+			require.Equal(t, 1, st.Tombstones)
+		})
+	}
+}

@@ -309,7 +309,7 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	off, odd, wasTomb, ok := m.claim(s, e.h, free)
 	if !ok {
 		m.stat(mhFull)
-		return fmt.Errorf("shmarena: map %q: %w (%d slots)", m.name, ErrFull, m.slots)
+		return fmt.Errorf("shmarena: map %s: %w (%d slots)", quote(m.name), ErrFull, m.slots)
 	}
 	crashPoint("claimed")
 	m.fill(off, e)
@@ -345,10 +345,10 @@ func (m *Map) check(key string, vlen int) error {
 		return ErrClosed
 	}
 	if key == "" {
-		return fmt.Errorf("shmarena: map %q: %w", m.name, ErrEmptyKey)
+		return fmt.Errorf("shmarena: map %s: %w", quote(m.name), ErrEmptyKey)
 	}
 	if len(key) > maxKeyLen || len(key)+vlen > m.maxPair {
-		return fmt.Errorf("shmarena: map %q: %w: key %d + value %d bytes, slot holds %d", m.name, ErrTooLarge, len(key), vlen, m.maxPair)
+		return fmt.Errorf("shmarena: map %s: %w: key %d + value %d bytes, slot holds %d", quote(m.name), ErrTooLarge, len(key), vlen, m.maxPair)
 	}
 	return nil
 }

@@ -95,6 +95,10 @@ var (
 	holeCheckAfter = 50 * time.Millisecond
 )
 
+// validateRingHook, when set (by tests only), runs inside validateRing
+// between its reads of the ring's head and of the groups' positions.
+var validateRingHook func()
+
 // publishHook, when set (by tests only), runs inside Publish after the
 // record is written and before it is committed, with the lock held.
 var publishHook func(seq uint64)
@@ -144,14 +148,14 @@ func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
 		o(&cfg)
 	}
 	if cfg.stripes != 0 || cfg.encoded {
-		return nil, fmt.Errorf("shmarena: ring %q: %w: stripes and encoding are map options", name, ErrInvalid)
+		return nil, fmt.Errorf("shmarena: ring %s: %w: stripes and encoding are map options", quote(name), ErrInvalid)
 	}
 	if cfg.slotSize > 0 {
 		cfg.slotSize = (cfg.slotSize + 7) &^ 7
 	}
 	length, err := rl.Length(cfg.slots, cfg.slotSize)
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: ring %q: %w: %v", name, ErrInvalid, err)
+		return nil, fmt.Errorf("shmarena: ring %s: %w: %v", quote(name), ErrInvalid, err)
 	}
 	spec := regionSpec{
 		name:   name,
@@ -173,7 +177,7 @@ func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
 		return nil, err
 	}
 	if err := checkRingEntry(a.mem, e); err != nil {
-		return nil, fmt.Errorf("shmarena: ring %q: %w: %v", name, ErrCorrupt, err)
+		return nil, fmt.Errorf("shmarena: ring %s: %w: %v", quote(name), ErrCorrupt, err)
 	}
 	return &Ring{
 		a: a, b: a.mem, name: name, off: int(e.Offset),
@@ -220,12 +224,24 @@ func validateRing(b []byte, e layout.Entry) error {
 	case mem.Load64(b, o+rl.OffVersion) != e.Params[2]:
 		return fmt.Errorf("ring header says layout %d, directory %d", mem.Load64(b, o+rl.OffVersion), e.Params[2])
 	}
+	// Members may publish, claim and repair while this runs, so a word
+	// that grows with the head is read before the head and checked against
+	// it, or, for the positions read after it, against the head read again
+	// (a position is never ahead of the head it was read after).
+	holeCount, holeSeq := mem.Load64(b, o+rl.OffHoleCount), mem.Load64(b, o+rl.OffHoleSeq)
+	ab := mem.Load64(b, o+rl.OffAbandoned)
 	next := mem.Load64(b, o+rl.OffNext)
+	if h := validateRingHook; h != nil {
+		h()
+	}
 	if next == 0 || next >= rl.MaxSeq {
 		return fmt.Errorf("next sequence %d out of range", next)
 	}
-	if ab := mem.Load64(b, o+rl.OffAbandoned); ab >= next {
-		return fmt.Errorf("%d abandoned of %d sequences", ab, next-1)
+	if ab > next { // a repair counts its hole just before it moves the head
+		return fmt.Errorf("%d abandoned, next sequence %d", ab, next)
+	}
+	if holeSeq > next || holeCount > ab {
+		return fmt.Errorf("hole %d with %d abandoned before it; %d abandoned, next sequence %d", holeSeq, holeCount, ab, next)
 	}
 	for i := 0; i < rl.Groups; i++ {
 		g := o + rl.GroupOff(i)
@@ -240,7 +256,11 @@ func validateRing(b []byte, e layout.Entry) error {
 		if nl == 0 || nl > rl.MaxGroupName || tl > rl.MaxGroupTopic {
 			return fmt.Errorf("group entry %d has name length %d, topic length %d", i, nl, tl)
 		}
-		if p := mem.Load64(b, g+rl.GPosition); p == 0 || p > next {
+		p := mem.Load64(b, g+rl.GPosition)
+		if p > next {
+			next = mem.Load64(b, o+rl.OffNext)
+		}
+		if p == 0 || p > next {
 			return fmt.Errorf("group entry %d at position %d, ring head %d", i, p, next)
 		}
 	}
@@ -433,6 +453,13 @@ func (r *Ring) arm() uint32 {
 // repair runs with the publish lock held after taking it from a dead
 // owner (or on reset after a reboot): a record begun but not committed
 // becomes an abandoned hole that readers step over, and is counted.
+//
+// Marking and counting are one idempotent step, so a recoverer that dies
+// anywhere in it (the lock then passes to the next, which repairs again)
+// leaves a state redone to the same result: the count before the hole is
+// kept once per hole in the header (hole count, then hole sequence), and
+// the abandoned count is stored from it, never added to. Until the head
+// moves on, Stats may show the hole counted with the head not past it.
 func (r *Ring) repair() {
 	b := r.b
 	s := mem.Load64(b, r.off+rl.OffNext)
@@ -443,12 +470,16 @@ func (r *Ring) repair() {
 	if mem.Load64(b, o+rl.SBegin) != s {
 		return // the dead producer had not started: no hole
 	}
-	if !(mem.Load64(b, o+rl.SEnd) == s && mem.Load64(b, o+rl.SLens) == rl.AbandonedLens) {
-		// Not already marked by a recoverer that died in turn.
-		mem.Store64(b, o+rl.SLens, rl.AbandonedLens)
-		mem.Store64(b, o+rl.SEnd, s)
-		mem.Add64(b, r.off+rl.OffAbandoned, 1)
+	if mem.Load64(b, r.off+rl.OffHoleSeq) != s {
+		mem.Store64(b, r.off+rl.OffHoleCount, mem.Load64(b, r.off+rl.OffAbandoned))
+		mem.Store64(b, r.off+rl.OffHoleSeq, s)
 	}
+	crashPoint("hole-prepared")
+	mem.Store64(b, r.off+rl.OffAbandoned, mem.Load64(b, r.off+rl.OffHoleCount)+1)
+	crashPoint("hole-counted")
+	mem.Store64(b, o+rl.SLens, rl.AbandonedLens)
+	mem.Store64(b, o+rl.SEnd, s)
+	crashPoint("hole-marked")
 	mem.Store64(b, r.off+rl.OffNext, s+1)
 	if r.a != nil {
 		r.wake()

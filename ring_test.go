@@ -303,6 +303,7 @@ func TestRingValidateOnAttach(t *testing.T) {
 	}{
 		{"magic", rl.OffMagic, 1}, {"slots", rl.OffSlots, 9}, {"slot size", rl.OffSlotSize, 72},
 		{"next", rl.OffNext, 0}, {"group state", rl.GroupOff(3) + rl.GState, 7},
+		{"abandoned", rl.OffAbandoned, 2}, {"hole sequence", rl.OffHoleSeq, 2}, {"hole count", rl.OffHoleCount, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, err := patch64(path, off+tc.at, tc.v)
@@ -402,4 +403,46 @@ func TestGroupTopicsAcrossClaims(t *testing.T) {
 		got = append(got, recs[0].Topic)
 	}
 	assert.Equal(t, want, got)
+}
+
+// Records stops when ctx ends even while records keep coming: it claims
+// nothing with a cancelled ctx, and a cancel inside the loop ends it before
+// the next claim, leaving the rest to the other members.
+func TestGroupRecordsStopsOnCancel(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r, err := a.Ring("rec", WithSlots(16), WithSlotSize(64))
+	require.NoError(t, err)
+	for i := 0; i < 5; i++ {
+		_, err := r.Publish("", []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	// A bound on every wait, so a broken Records fails rather than hangs.
+	bound, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+
+	g, err := r.Group("cancelled", FromStart())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(bound)
+	cancel()
+	n := 0
+	for range g.Records(ctx) {
+		n++
+	}
+	assert.Zero(t, n, "a cancelled ctx yields nothing")
+	assert.Equal(t, uint64(1), g.Position(), "nor claims anything")
+
+	g, err = r.Group("midway", FromStart())
+	require.NoError(t, err)
+	ctx, cancel = context.WithCancel(bound)
+	defer cancel()
+	var got []uint64
+	for rec := range g.Records(ctx) {
+		got = append(got, rec.Seq)
+		if len(got) == 2 {
+			cancel()
+		}
+	}
+	assert.Equal(t, []uint64{1, 2}, got, "the loop ends at the first claim after the cancel")
+	assert.Equal(t, uint64(3), g.Position())
+	assert.Len(t, g.Claim(0), 3, "the rest stays for other members")
 }

@@ -12,6 +12,14 @@
 //	80      8      oversize count
 //	88      8      abandoned count
 //	96      8      publish lock's heir word (see internal/rlock)
+//	104     8      hole count: the abandoned count before the hole being
+//	               repaired (written before the hole sequence)
+//	112     8      hole sequence: the sequence of the hole being, or last,
+//	               repaired (0 = none yet). A repair of hole s sets the two
+//	               once (if the sequence is not s), then stores abandoned =
+//	               hole count + 1, marks the slot and advances next to s+1,
+//	               so a recoverer that dies anywhere in it leaves a state
+//	               the next one redoes to the same count.
 //	128     4      futex word: bit 0 set by a reader about to sleep, bits 1-31
 //	               a sequence bumped (and bit 0 cleared) after every commit
 //	132     4      sleepers: readers waiting now (informational; a killed
@@ -57,6 +65,8 @@ const (
 	OffNext      = 72
 	OffOversize  = 80
 	OffAbandoned = 88
+	OffHoleCount = 104
+	OffHoleSeq   = 112
 	OffFutex     = 128
 	OffSleepers  = 132
 	OffGroupLock = 192
@@ -104,7 +114,7 @@ const (
 )
 
 func init() {
-	for _, o := range []int{OffLock, OffNext, OffOversize, OffAbandoned, OffGroupLock, OffGroups, GroupSize, HeaderSize, GPosition, GName, GTopic} {
+	for _, o := range []int{OffLock, OffNext, OffOversize, OffAbandoned, OffHoleCount, OffHoleSeq, OffGroupLock, OffGroups, GroupSize, HeaderSize, GPosition, GName, GTopic} {
 		if o%8 != 0 {
 			panic(fmt.Sprintf("ringlayout: offset %d not 8-aligned", o))
 		}
