@@ -19,7 +19,7 @@ import (
 //	     then this stripe's share of used and of tombstones (signed: an
 //	     insert may reuse another stripe's tombstone; only the sums mean
 //	     anything, and only holders of the stripe change them); at 32
-//	     the lock's heir word (see internal/rlock)
+//	     the lock's futex word for parked waiters (see internal/rlock)
 //	...  one tag byte per slot, 64-aligned (see tagOf)
 //	...  8 bytes of padding past a 64-byte boundary, then slots x slot size
 //

@@ -7,11 +7,11 @@
 //	8       8      slots
 //	16      8      slot size in bytes
 //	24      8      ring layout version
-//	64      8      publish lock (robust lock word: owner token, 0 = free)
+//	64      8      publish lock (robust lock word: owner's token, see internal/owner; 0 = free)
 //	72      8      next sequence to publish (starts at 1; 0 never names a record)
 //	80      8      oversize count
 //	88      8      abandoned count
-//	96      8      publish lock's heir word (see internal/rlock)
+//	96      8      publish lock's futex word for parked waiters (see internal/rlock)
 //	104     8      hole count: the abandoned count before the hole being
 //	               repaired (written before the hole sequence)
 //	112     8      hole sequence: the sequence of the hole being, or last,
@@ -25,7 +25,7 @@
 //	132     4      sleepers: readers waiting now (informational; a killed
 //	               reader leaves it raised, wakes do not depend on it)
 //	192     8      group-table lock (robust lock word)
-//	224     8      group-table lock's heir word
+//	224     8      group-table lock's futex word
 //	256     12288  group table: 64 entries of 192 bytes
 //	12544          slots
 //
