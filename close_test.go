@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/mapping"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -85,15 +86,28 @@ func fdsNaming(t testing.TB, path string) int {
 type footprint struct {
 	vmKB     int64 // VmSize
 	mappings int   // lines of /proc/self/maps
+	threads  int64 // each new OS thread maps a stack, and may map a malloc arena
 }
 
 func (f footprint) String() string {
-	return fmt.Sprintf("VmSize %d kB, %d mappings", f.vmKB, f.mappings)
+	return fmt.Sprintf("VmSize %d kB, %d mappings, %d threads", f.vmKB, f.mappings, f.threads)
 }
 
 func measure(t testing.TB) footprint {
 	t.Helper()
-	return footprint{vmKB: procStatusKB(t, "VmSize"), mappings: len(selfMaps(t))}
+	return footprint{vmKB: procStatusKB(t, "VmSize"), mappings: len(selfMaps(t)), threads: procStatusKB(t, "Threads")}
+}
+
+// An OS thread the Go runtime starts (it keeps them) maps a stack of up to
+// 8 MiB plus a guard page and, through the C library, up to a 64 MiB
+// malloc arena: 4 mappings at most.
+const threadKB, threadMappings = 72<<10 + 4, 4
+
+// growth returns how much VmSize (kB) and the mapping count grew from f to
+// g, less what threads started meanwhile account for.
+func (f footprint) growth(g footprint) (kb int64, mappings int) {
+	n := max(g.threads-f.threads, 0)
+	return g.vmKB - f.vmKB - n*threadKB, g.mappings - f.mappings - int(n)*threadMappings
 }
 
 // openUseClose opens the arena at path, uses a map in it and closes it.
@@ -130,10 +144,14 @@ func TestOpenCloseCyclesStayFlat(t *testing.T) {
 	after := measure(t)
 	t.Logf("before: %v; after 1,000 cycles: %v; after 2,000: %v", before, mid, after)
 	const slackKB, slackMaps = 8 << 10, 8 // a few retired arenas awaiting their GC
-	require.LessOrEqual(t, mid.vmKB-before.vmKB, int64(slackKB), "VmSize grew over 1,000 cycles")
-	require.LessOrEqual(t, after.vmKB-mid.vmKB, int64(slackKB), "VmSize grew over the next 1,000 cycles")
-	require.LessOrEqual(t, mid.mappings-before.mappings, slackMaps, "mappings grew over 1,000 cycles")
-	require.LessOrEqual(t, after.mappings-mid.mappings, slackMaps, "mappings grew over the next 1,000 cycles")
+	for _, span := range []struct {
+		name     string
+		from, to footprint
+	}{{"the first 1,000 cycles", before, mid}, {"the next 1,000 cycles", mid, after}, {"2,000 cycles", before, after}} {
+		kb, maps := span.from.growth(span.to)
+		require.LessOrEqual(t, kb, int64(slackKB), "VmSize grew over %s (threads' mappings discounted)", span.name)
+		require.LessOrEqual(t, maps, slackMaps, "mappings grew over %s (threads' mappings discounted)", span.name)
+	}
 }
 
 // Operations of every kind racing with Close never crash the process, and
@@ -144,23 +162,37 @@ func TestCloseRacingOperationsThenUnmapped(t *testing.T) {
 	dir := t.TempDir()
 	runtime.GC()
 	before := measure(t)
+	pending0, _ := mapping.Pending()
 	for round := range rounds {
 		raceOneClose(t, filepath.Join(dir, fmt.Sprintf("a%d", round)), size)
 	}
-	var after footprint
+	after, pending := awaitUnmapped(t, pending0, func(f footprint) bool {
+		kb, _ := before.growth(f)
+		return kb < 64<<10
+	})
+	t.Logf("before %d rounds of %d MiB: %v; after: %v", rounds, size>>20, before, after)
+	kb, _ := before.growth(after)
+	require.Less(t, kb, int64(64<<10),
+		"closed arenas (%d MiB in all) still hold address space (threads' mappings discounted)", rounds*size>>20)
+	require.LessOrEqual(t, pending, pending0, "retired ranges not unmapped")
+	for round := range rounds {
+		require.Empty(t, mapsNaming(t, filepath.Join(dir, fmt.Sprintf("a%d", round))))
+	}
+}
+
+// awaitUnmapped runs the GC until at most pending0 retired ranges await
+// release and flat(the footprint) holds, or 5 s pass, and returns the
+// last footprint and count.
+func awaitUnmapped(t *testing.T, pending0 int, flat func(footprint) bool) (footprint, int) {
+	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		runtime.GC()
 		time.Sleep(time.Millisecond) // cleanups run on their own goroutine
-		after = measure(t)
-		if after.vmKB-before.vmKB < 64<<10 || time.Now().After(deadline) {
-			break
+		f := measure(t)
+		n, _ := mapping.Pending()
+		if (n <= pending0 && flat(f)) || time.Now().After(deadline) {
+			return f, n
 		}
-	}
-	t.Logf("before %d rounds of %d MiB: %v; after: %v", rounds, size>>20, before, after)
-	require.Less(t, after.vmKB-before.vmKB, int64(64<<10),
-		"closed arenas (%d MiB in all) still hold address space", rounds*size>>20)
-	for round := range rounds {
-		require.Empty(t, mapsNaming(t, filepath.Join(dir, fmt.Sprintf("a%d", round))))
 	}
 }
 
@@ -213,6 +245,21 @@ func raceOneClose(t *testing.T, path string, size int64) {
 // mapping for the life of the process.)
 func TestCloseAfterSlowWriteLetsGo(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "arena")
+	pending0, _ := mapping.Pending()
+	closeUnderSlowWrite(t, path)
+	deadline := time.Now().Add(5 * time.Second)
+	for (len(mapsNaming(t, path)) > 0 || fdsNaming(t, path) > 0) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	require.Empty(t, mapsNaming(t, path), "the file is still mapped after the write ended")
+	require.Zero(t, fdsNaming(t, path), "the arena's descriptors are still open after the write ended")
+	_, pending := awaitUnmapped(t, pending0, func(footprint) bool { return true })
+	require.LessOrEqual(t, pending, pending0, "the retired range was not unmapped")
+}
+
+// closeUnderSlowWrite closes an arena while a write holds a lock for 300
+// ms, three times Close's wait, and returns when the write has ended.
+func closeUnderSlowWrite(t *testing.T, path string) {
 	a, err := Open(path, WithSize(1<<20))
 	require.NoError(t, err)
 	m, err := a.Map("m", WithStripes(4))
@@ -232,12 +279,6 @@ func TestCloseAfterSlowWriteLetsGo(t *testing.T) {
 	}
 	require.NotEmpty(t, mapsNaming(t, path), "the write in flight still has the file mapped")
 	<-done
-	deadline := time.Now().Add(5 * time.Second)
-	for (len(mapsNaming(t, path)) > 0 || fdsNaming(t, path) > 0) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	require.Empty(t, mapsNaming(t, path), "the file is still mapped after the write ended")
-	require.Zero(t, fdsNaming(t, path), "the arena's descriptors are still open after the write ended")
 }
 
 // memAndSwap returns MemTotal + SwapTotal in bytes.
@@ -306,4 +347,45 @@ func TestCloseArenaLargerThanMemory(t *testing.T) {
 	require.NoError(t, a.Close())
 	require.Empty(t, mapsNaming(t, path), "Close left the file mapped")
 	require.NoError(t, os.Remove(path))
+}
+
+// A closed arena's range stays mapped while any handle carved from it is
+// reachable (a goroutine may be inside a method of one), and is unmapped
+// once none is.
+func TestHandlesKeepClosedRangeMapped(t *testing.T) {
+	pending0, _ := mapping.Pending()
+	keys, c, g := closedHandles(t)
+	for range 3 {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	n, _ := mapping.Pending()
+	require.Greater(t, n, pending0, "the range was released while handles to it were reachable")
+	for range keys {
+		t.Fatal("Keys after Close yielded")
+	}
+	_, ok := c.Next()
+	require.False(t, ok)
+	require.Nil(t, g.Claim(1))
+	_, n = awaitUnmapped(t, pending0, func(footprint) bool { return true })
+	require.LessOrEqual(t, n, pending0, "the range was not released once its handles were unreachable")
+}
+
+// closedHandles returns an iterator, a cursor and a group of a closed
+// arena; the arena itself is no longer reachable.
+func closedHandles(t *testing.T) (func(func(string) bool), *Cursor, *Group) {
+	a, err := Open(filepath.Join(t.TempDir(), "arena"), WithSize(1<<20))
+	require.NoError(t, err)
+	m, err := a.Map("m", WithSlots(64))
+	require.NoError(t, err)
+	require.NoError(t, m.Store("k", []byte("v")))
+	r, err := a.Ring("r", WithSlots(16))
+	require.NoError(t, err)
+	g, err := r.Group("g")
+	require.NoError(t, err)
+	_, err = r.Publish("", []byte("x"))
+	require.NoError(t, err)
+	c := r.Cursor(FromStart())
+	require.NoError(t, a.Close())
+	return m.Keys(), c, g
 }
