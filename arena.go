@@ -36,6 +36,8 @@ type Arena struct {
 
 	mu sync.Mutex // serialises region carving and Close in this process
 
+	retired *mapping.Retired // the mapping once Close replaced it (under mu)
+
 	// inflight counts operations of this process that may hold a lock in
 	// the file (writes, publishes, repairs). Close retires the mapping
 	// only once every count is zero; reads, which take no lock, are not
@@ -585,7 +587,7 @@ func (a *Arena) Regions() []RegionInfo {
 // the garbage collector has run; the range is then unmapped. So that a
 // process that opens and closes arenas stays flat, Close runs a
 // collection itself (runtime.GC) when more than 4 closed arenas, or more
-// than 64 MiB of them, await one.
+// than 64 MiB of them, have come to await one since it last did.
 //
 // A write still holding a lock 100 ms into Close (such as a slow Update
 // function) is let finish in the file: Close then returns nil at once, and
@@ -656,9 +658,11 @@ func (a *Arena) finishWhenDrained() {
 func (a *Arena) finishClose() error {
 	forgetGroups(a)
 	r, err := mapping.Retire(a.mem)
+	a.retired = r
 	// Every handle that reaches the range holds a, and every method that
-	// touches it keeps its receiver alive to its end (runtime.KeepAlive),
-	// so once a is unreachable no goroutine is inside an operation on it.
+	// touches the range keeps its receiver reachable past its last access
+	// (runtime.KeepAlive, or a deferred call that holds it), so once a is
+	// unreachable no goroutine is inside an operation on the range.
 	runtime.AddCleanup(a, releaseRetired, r)
 	if mapping.CollectDue() {
 		runtime.GC() // the cleanups of closed arenas no longer reachable

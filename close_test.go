@@ -162,11 +162,11 @@ func TestCloseRacingOperationsThenUnmapped(t *testing.T) {
 	dir := t.TempDir()
 	runtime.GC()
 	before := measure(t)
-	pending0, _ := mapping.Pending()
+	var retired []*mapping.Retired
 	for round := range rounds {
-		raceOneClose(t, filepath.Join(dir, fmt.Sprintf("a%d", round)), size)
+		retired = append(retired, raceOneClose(t, filepath.Join(dir, fmt.Sprintf("a%d", round)), size))
 	}
-	after, pending := awaitUnmapped(t, pending0, func(f footprint) bool {
+	after := awaitReleased(t, retired, func(f footprint) bool {
 		kb, _ := before.growth(f)
 		return kb < 64<<10
 	})
@@ -174,32 +174,44 @@ func TestCloseRacingOperationsThenUnmapped(t *testing.T) {
 	kb, _ := before.growth(after)
 	require.Less(t, kb, int64(64<<10),
 		"closed arenas (%d MiB in all) still hold address space (threads' mappings discounted)", rounds*size>>20)
-	require.LessOrEqual(t, pending, pending0, "retired ranges not unmapped")
+	for i, r := range retired {
+		require.True(t, r.Released(), "round %d's range was not unmapped", i)
+	}
 	for round := range rounds {
 		require.Empty(t, mapsNaming(t, filepath.Join(dir, fmt.Sprintf("a%d", round))))
 	}
 }
 
-// awaitUnmapped runs the GC until at most pending0 retired ranges await
-// release and flat(the footprint) holds, or 5 s pass, and returns the
-// last footprint and count.
-func awaitUnmapped(t *testing.T, pending0 int, flat func(footprint) bool) (footprint, int) {
+// awaitReleased runs the GC until every range in rs is released (unmapped)
+// and flat(the footprint) holds, or 5 s pass, and returns the last
+// footprint.
+func awaitReleased(t *testing.T, rs []*mapping.Retired, flat func(footprint) bool) footprint {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		runtime.GC()
 		time.Sleep(time.Millisecond) // cleanups run on their own goroutine
 		f := measure(t)
-		n, _ := mapping.Pending()
-		if (n <= pending0 && flat(f)) || time.Now().After(deadline) {
-			return f, n
+		all := true
+		for _, r := range rs {
+			all = all && r.Released()
+		}
+		if (all && flat(f)) || time.Now().After(deadline) {
+			return f
 		}
 	}
 }
 
+// retiredOf returns the range a's Close retired, or nil before.
+func retiredOf(a *Arena) *mapping.Retired {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.retired
+}
+
 // raceOneClose opens an arena, starts goroutines that Load, Store, Add,
 // Publish and Claim, closes the arena while they run, and lets them go on
-// for a while after Close.
-func raceOneClose(t *testing.T, path string, size int64) {
+// for a while after Close. It returns the range Close retired.
+func raceOneClose(t *testing.T, path string, size int64) *mapping.Retired {
 	a, err := Open(path, WithSize(size))
 	require.NoError(t, err)
 	m, err := a.Map("m", WithSlots(256))
@@ -237,6 +249,9 @@ func raceOneClose(t *testing.T, path string, size int64) {
 	}
 	require.NoError(t, a.Close())
 	wg.Wait()
+	ret := retiredOf(a)
+	require.NotNil(t, ret)
+	return ret
 }
 
 // A write that still holds its lock when Close stops waiting finishes in
@@ -245,21 +260,24 @@ func raceOneClose(t *testing.T, path string, size int64) {
 // mapping for the life of the process.)
 func TestCloseAfterSlowWriteLetsGo(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "arena")
-	pending0, _ := mapping.Pending()
-	closeUnderSlowWrite(t, path)
+	retired := closeUnderSlowWrite(t, path)
 	deadline := time.Now().Add(5 * time.Second)
 	for (len(mapsNaming(t, path)) > 0 || fdsNaming(t, path) > 0) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	require.Empty(t, mapsNaming(t, path), "the file is still mapped after the write ended")
 	require.Zero(t, fdsNaming(t, path), "the arena's descriptors are still open after the write ended")
-	_, pending := awaitUnmapped(t, pending0, func(footprint) bool { return true })
-	require.LessOrEqual(t, pending, pending0, "the retired range was not unmapped")
+	r := retired()
+	require.NotNil(t, r, "the mapping was not retired")
+	awaitReleased(t, []*mapping.Retired{r}, func(footprint) bool { return true })
+	require.True(t, r.Released(), "the retired range was not unmapped")
 }
 
 // closeUnderSlowWrite closes an arena while a write holds a lock for 300
-// ms, three times Close's wait, and returns when the write has ended.
-func closeUnderSlowWrite(t *testing.T, path string) {
+// ms, three times Close's wait, and returns when the write has ended,
+// with a function that returns the range Close retired (nil until then)
+// without keeping the arena reachable.
+func closeUnderSlowWrite(t *testing.T, path string) func() *mapping.Retired {
 	a, err := Open(path, WithSize(1<<20))
 	require.NoError(t, err)
 	m, err := a.Map("m", WithStripes(4))
@@ -279,6 +297,16 @@ func closeUnderSlowWrite(t *testing.T, path string) {
 	}
 	require.NotEmpty(t, mapsNaming(t, path), "the write in flight still has the file mapped")
 	<-done
+	ch := make(chan *mapping.Retired, 1)
+	go func() { // polls a little past the range's retirement, then lets a go
+		deadline := time.Now().Add(5 * time.Second)
+		r := retiredOf(a)
+		for ; r == nil && time.Now().Before(deadline); r = retiredOf(a) {
+			time.Sleep(time.Millisecond)
+		}
+		ch <- r
+	}()
+	return func() *mapping.Retired { return <-ch }
 }
 
 // memAndSwap returns MemTotal + SwapTotal in bytes.
@@ -353,27 +381,26 @@ func TestCloseArenaLargerThanMemory(t *testing.T) {
 // reachable (a goroutine may be inside a method of one), and is unmapped
 // once none is.
 func TestHandlesKeepClosedRangeMapped(t *testing.T) {
-	pending0, _ := mapping.Pending()
-	keys, c, g := closedHandles(t)
+	keys, c, g, r := closedHandles(t)
 	for range 3 {
 		runtime.GC()
 		time.Sleep(time.Millisecond)
 	}
-	n, _ := mapping.Pending()
-	require.Greater(t, n, pending0, "the range was released while handles to it were reachable")
+	require.False(t, r.Released(), "the range was released while handles to it were reachable")
 	for range keys {
 		t.Fatal("Keys after Close yielded")
 	}
 	_, ok := c.Next()
 	require.False(t, ok)
 	require.Nil(t, g.Claim(1))
-	_, n = awaitUnmapped(t, pending0, func(footprint) bool { return true })
-	require.LessOrEqual(t, n, pending0, "the range was not released once its handles were unreachable")
+	awaitReleased(t, []*mapping.Retired{r}, func(footprint) bool { return true })
+	require.True(t, r.Released(), "the range was not released once its handles were unreachable")
 }
 
 // closedHandles returns an iterator, a cursor and a group of a closed
-// arena; the arena itself is no longer reachable.
-func closedHandles(t *testing.T) (func(func(string) bool), *Cursor, *Group) {
+// arena, and the range its Close retired; the arena itself is no longer
+// reachable.
+func closedHandles(t *testing.T) (func(func(string) bool), *Cursor, *Group, *mapping.Retired) {
 	a, err := Open(filepath.Join(t.TempDir(), "arena"), WithSize(1<<20))
 	require.NoError(t, err)
 	m, err := a.Map("m", WithSlots(64))
@@ -387,5 +414,5 @@ func closedHandles(t *testing.T) (func(func(string) bool), *Cursor, *Group) {
 	require.NoError(t, err)
 	c := r.Cursor(FromStart())
 	require.NoError(t, a.Close())
-	return m.Keys(), c, g
+	return m.Keys(), c, g, retiredOf(a)
 }

@@ -113,6 +113,9 @@ func (r *Retired) Release() error {
 	return nil
 }
 
+// Released reports whether Release was called.
+func (r *Retired) Released() bool { return r.released.Load() }
+
 // Pending returns how many retired ranges are not yet released, and their
 // total length in bytes.
 func Pending() (n int, bytes int64) {
