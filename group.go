@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -71,6 +72,18 @@ var mineCounts sync.Map // groupKey -> *atomic.Uint64
 type groupKey struct {
 	a    *Arena
 	goff int
+}
+
+// forgetGroups drops the Mine counters of a closed arena, whose groups
+// report zero stats from then on, so that mineCounts does not keep the
+// arena reachable (and its range mapped) for the life of the process.
+func forgetGroups(a *Arena) {
+	mineCounts.Range(func(k, _ any) bool {
+		if k.(groupKey).a == a {
+			mineCounts.Delete(k)
+		}
+		return true
+	})
 }
 
 // Group joins the consumer group called name on the ring, creating it if
@@ -192,7 +205,9 @@ func (g *Group) Position() uint64 {
 	if g.r.closed() {
 		return 0
 	}
-	return mem.Load64(g.r.b, g.goff+rl.GPosition)
+	p := mem.Load64(g.r.b, g.goff+rl.GPosition)
+	runtime.KeepAlive(g)
+	return p
 }
 
 // Claim takes up to max records for this member (every available one when
@@ -257,6 +272,7 @@ func (g *Group) Claim(max int) []Record {
 		}
 		out = g.claimRun(pos, n, out, &buf)
 	}
+	runtime.KeepAlive(g)
 	return out
 }
 
@@ -366,6 +382,7 @@ func (g *Group) Stats() GroupStats {
 	if r.closed() {
 		return GroupStats{}
 	}
+	defer runtime.KeepAlive(g)
 	b := r.b
 	return GroupStats{
 		Name:      g.name,

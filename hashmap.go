@@ -2,6 +2,7 @@ package shmarena
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/shmarena/shmarena/internal/layout"
@@ -313,6 +314,7 @@ func (m *Map) counts() (used, tomb int) {
 		u += int64(mem.Load64(m.mem, m.lockOff(s)+stUsed))
 		t += int64(mem.Load64(m.mem, m.lockOff(s)+stTomb))
 	}
+	runtime.KeepAlive(m) // for Len, whose reads of the mapping are these
 	return int(max(u, 0)), int(max(t, 0))
 }
 
@@ -328,6 +330,7 @@ func (m *Map) Stats() MapStats {
 	if m.a.closed.Load() {
 		return MapStats{}
 	}
+	defer runtime.KeepAlive(m)
 	used, tomb := m.counts()
 	return MapStats{
 		Used:       used,

@@ -2,6 +2,7 @@ package shmarena
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/shmarena/shmarena/internal/mem"
 )
@@ -31,6 +32,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err er
 	h := hashKey(key)
 	if !lockedAddsForTest {
 		if n, err, done := m.addInPlace(key, h, delta); done {
+			runtime.KeepAlive(m)
 			return n, err
 		}
 	}
@@ -171,6 +173,7 @@ func (m *Map) Counter(key string) (int64, bool) {
 	}
 	var buf [8]byte
 	v, out, ok := m.readKey(key, hashKey(key), buf[:0], true)
+	runtime.KeepAlive(m)
 	if !ok || metaFlags(v.meta)&flagCounter == 0 {
 		return 0, false
 	}

@@ -68,6 +68,7 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 		return dst, false
 	}
 	_, out, ok := m.readKey(key, hashKey(key), dst, true)
+	runtime.KeepAlive(m)
 	return out, ok
 }
 
@@ -77,6 +78,7 @@ func (m *Map) Exists(key string) bool {
 		return false
 	}
 	_, _, ok := m.readKey(key, hashKey(key), nil, false)
+	runtime.KeepAlive(m)
 	return ok
 }
 
@@ -317,6 +319,7 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 		return 0, false
 	}
 	v, _, ok := m.readKey(key, hashKey(key), nil, false)
+	runtime.KeepAlive(m)
 	if !ok {
 		return 0, false
 	}
@@ -350,6 +353,7 @@ func (m *Map) Keys() iter.Seq[string] {
 
 // walk calls fn with each live, unlapsed, consistently read key.
 func (m *Map) walk(fn func(key string, off int, meta uint64) bool) {
+	defer runtime.KeepAlive(m)
 	var kb []byte
 	for i := uint64(0); i < m.slots; i++ {
 		if m.a.closed.Load() {

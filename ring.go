@@ -494,7 +494,9 @@ func (r *Ring) Head() uint64 {
 	if r.closed() {
 		return 0
 	}
-	return mem.Load64(r.b, r.off+rl.OffNext)
+	n := mem.Load64(r.b, r.off+rl.OffNext)
+	runtime.KeepAlive(r)
+	return n
 }
 
 // Stats returns the ring's counters (the zero RingStats after Close).
@@ -503,6 +505,7 @@ func (r *Ring) Stats() RingStats {
 	if r.closed() {
 		return RingStats{}
 	}
+	defer runtime.KeepAlive(r)
 	next := mem.Load64(r.b, r.off+rl.OffNext)
 	ab := mem.Load64(r.b, r.off+rl.OffAbandoned)
 	var pub uint64
@@ -683,6 +686,7 @@ const waitSpin = 50 * time.Microsecond
 // sleeper announces itself and reads the futex word before re-checking,
 // so a commit after the check changes the word and wakes it.
 func (r *Ring) wait(ctx context.Context, avail func() bool) error {
+	defer runtime.KeepAlive(r)
 	if r.closed() {
 		return ErrClosed
 	}
@@ -712,6 +716,7 @@ func (r *Ring) wait(ctx context.Context, avail func() bool) error {
 			mem.Add32(b, f, 2) // bump the sequence, keep the flag
 			futex.Wake(mem.Ptr32(b, f), math.MaxInt32)
 		}
+		runtime.KeepAlive(r)
 	})
 	defer stop()
 	for {
