@@ -1,0 +1,88 @@
+package shmarena
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/shmarena/shmarena/internal/owner"
+	"golang.org/x/sys/unix"
+)
+
+// This file: arenas reached through a descriptor rather than a path.
+
+// OpenMemfd creates an arena of WithSize bytes in anonymous memory
+// (memfd_create; name shows in /proc/<pid>/fd). It has no path: share it
+// with workers started by os/exec by passing File() in Cmd.ExtraFiles and
+// calling OpenFile in the worker. It disappears when the last process
+// holding it exits, so a crash leaves nothing behind.
+func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
+	cfg := openConfig{mode: 0o600}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.size == 0 {
+		return nil, fmt.Errorf("shmarena: memfd %s: %w: WithSize is required", quote(name), ErrInvalid)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("shmarena: memfd %s: %w", quote(name), err)
+	}
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: memfd %s: %w", quote(name), err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd:"+name)
+	a, err := initFile(f, "", cfg)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// describePath names an arena's file in errors; arenas reached through a
+// descriptor (OpenFile, OpenMemfd) have no path.
+func describePath(path string) string {
+	if path == "" {
+		return "the arena's file descriptor"
+	}
+	return path
+}
+
+// OpenFile attaches to an arena through an open file, such as one a parent
+// passed in exec.Cmd.ExtraFiles (in the child, os.NewFile(3, "arena")).
+// The file must be open for reading and writing (the arena maps it shared,
+// read-write). The arena does not use f's open file description, which
+// f's other holders share: it opens a description of its own through
+// /proc/self/fd (so OpenFile needs /proc mounted, and fails with an error
+// saying so otherwise), because file locks and the handle's liveness
+// belong to a description. The caller may close f afterwards. Validation
+// and errors are as for Open.
+func OpenFile(f *os.File, opts ...OpenOption) (*Arena, error) {
+	if f == nil {
+		return nil, fmt.Errorf("shmarena: open: %w: nil file", ErrInvalid)
+	}
+	cfg := openConfig{}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("shmarena: open %s: %w", f.Name(), err)
+	}
+	// A description of our own, not a duplicate: flock and OFD locks belong
+	// to the description, so sharing the parent's would let this handle's
+	// file lock and identity stand in for the parent's.
+	fd, err := owner.Reopen(int(f.Fd()), "")
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: open %s: reopening the descriptor as a description of this handle's own: %w; "+
+			"mount /proc in this process's namespace, or open the arena by path", f.Name(), err)
+	}
+	return attach(os.NewFile(uintptr(fd), f.Name()), "", cfg)
+}
+
+// File returns the arena's open file, to pass to child processes in
+// exec.Cmd.ExtraFiles. It stays owned by the arena: do not close it.
+func (a *Arena) File() *os.File { return a.f }
+
+// Path returns the path the arena was opened at, or "" for an arena opened
+// with OpenMemfd or OpenFile.
+func (a *Arena) Path() string { return a.path }
