@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -310,28 +309,29 @@ func nsKill(t *testing.T, v nsView, bin, path string, m *Map, r *Ring) {
 		require.True(t, lines.Scan(), "the holder exited before holding its locks")
 		require.True(t, strings.HasPrefix(lines.Text(), "HOLDING"), lines.Text())
 	}
-	var wg sync.WaitGroup
-	var storeAt, publishAt time.Time
+	stored, published := make(chan time.Time, 1), make(chan time.Time, 1)
 	var storeErr, publishErr error
-	wg.Add(2)
 	go func() {
-		defer wg.Done()
 		storeErr = m.Store("ctr", []byte("after"))
-		storeAt = time.Now()
+		stored <- time.Now()
 	}()
 	go func() {
-		defer wg.Done()
 		_, publishErr = r.Publish("after", nil)
-		publishAt = time.Now()
+		published <- time.Now()
 	}()
 	// Many liveness checks' worth of waiting: nothing may be taken from a
 	// process that is alive, however long it holds on.
-	time.Sleep(300 * time.Millisecond)
-	require.True(t, storeAt.IsZero() && publishAt.IsZero(), "a lock was taken from a live holder")
+	select {
+	case <-stored:
+		t.Fatal("the stripe was taken from a live holder")
+	case <-published:
+		t.Fatal("the publish lock was taken from a live holder")
+	case <-time.After(300 * time.Millisecond):
+	}
 	require.Zero(t, m.Stats().Recoveries)
 	killed := time.Now()
 	require.NoError(t, killGroup(cmd))
-	wg.Wait()
+	storeAt, publishAt := <-stored, <-published
 	require.NoError(t, storeErr)
 	require.NoError(t, publishErr)
 	t.Logf("taken over %v (stripe) and %v (publish lock) after the kill", storeAt.Sub(killed), publishAt.Sub(killed))
