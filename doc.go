@@ -18,12 +18,29 @@
 //
 // Any number of processes open the same arena with Open (a path, usually
 // under /dev/shm) or share one with no path through OpenMemfd and
-// OpenFile. Every lock word records its owner's pid and start time; a
-// waiter that finds the owner dead (gone, a zombie, or its pid reused)
-// takes the lock over, repairs the one slot the owner was writing (it
-// becomes absent, never a mix of old and new) and recounts. A process that
-// dies loses at most the operation it was doing. A file left by an earlier
-// boot has no live owner at all: attaching clears its locks.
+// OpenFile. Every lock word records its owner: an entry of the file's
+// process table and that entry's generation. A waiter that has waited a
+// few milliseconds asks the kernel whether the owner is still attached; if
+// not, it takes the lock over, repairs the one slot the owner was writing
+// (it becomes absent, never a mix of old and new) and recounts. A process
+// that dies loses at most the operation it was doing; one that is alive,
+// however long it is stopped, loses nothing.
+//
+// # How liveness is proven
+//
+// Each attached handle takes a process-table entry by taking an
+// open-file-description lock (fcntl F_OFD_SETLK) on the entry's byte of
+// the arena file, on a file description of its own, and bumps the entry's
+// generation. The kernel holds that lock exactly while the description is
+// open, and releases it when the process exits, however it exits. A
+// handle is dead when its entry holds another generation (the entry was
+// taken again, which needed the lock) or when F_OFD_GETLK finds the byte
+// unlocked; alive otherwise. No pid and no /proc are involved, so the
+// verdict is the same in every PID namespace, container and /proc view
+// sharing the file on one host, and pid reuse and reboots need no special
+// case. Releasing a lock and committing a ring record are compare-and-swaps
+// from the owner's own value, so an owner that was ever judged dead finds
+// out (ErrLockLost) instead of overwriting its recoverer's work.
 //
 // # Files
 //
