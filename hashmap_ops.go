@@ -18,7 +18,7 @@ import (
 // MaxPair), ErrFull (new key, no free slot; counted in Stats.Full),
 // ErrClosed; ErrLockLost (see there). A refused write changes nothing. The
 // value is copied.
-func (m *Map) Store(key string, value []byte, opts ...WriteOption) (err error) {
+func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
 	if err := m.check(key, len(value)); err != nil {
 		return err
 	}
@@ -28,8 +28,13 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) (err error) {
 	if !m.lock(s) {
 		return ErrClosed
 	}
-	defer m.unlockErr(s, &err)
-	return m.storeLocked(s, key, h, value, c, nil)
+	// No defer: nothing under the lock calls out of the package, and
+	// Store is the hottest write.
+	err := m.storeLocked(s, key, h, value, c, nil)
+	if !m.unlock(s) && err == nil {
+		err = m.errLockLost(s)
+	}
+	return err
 }
 
 // storeLocked stores value for key holding stripe s. With previous not

@@ -32,6 +32,12 @@ func Words4(b []byte, off int) *[4]uint64 {
 	return (*[4]uint64)(unsafe.Pointer(&b[off : off+32][0]))
 }
 
+// Words5 returns the five words (40 bytes) at off (8-aligned): a lock word
+// and the futex word 32 bytes after it, behind one bounds check.
+func Words5(b []byte, off int) *[5]uint64 {
+	return (*[5]uint64)(unsafe.Pointer(&b[off : off+40][0]))
+}
+
 // Load64 atomically loads the word at off.
 func Load64(b []byte, off int) uint64 { return atomic.LoadUint64(p64(b, off)) }
 

@@ -20,6 +20,7 @@ package rlock
 
 import (
 	"math"
+	"sync/atomic"
 	"runtime"
 	"time"
 
@@ -163,10 +164,13 @@ func TakeOver(b []byte, off int, cur uint64, h *owner.Handle) bool {
 // after the lock is free (see park). False means another handle took the
 // lock over: the caller must change nothing more under it.
 func Release(b []byte, off int, self uint64) bool {
-	if !mem.CAS64(b, off, self, 0) {
+	w := mem.Words5(b, off) // one bounds check; small enough to inline
+	if !atomic.CompareAndSwapUint64(&w[0], self, 0) {
 		return false
 	}
-	if mem.Load32(b, off+FutexOff)&waitersBit != 0 {
+	// The futex word is the low half of w[4] (the file is little-endian;
+	// the high half is reserved, zero).
+	if atomic.LoadUint64(&w[FutexOff/8])&waitersBit != 0 {
 		wake(b, off+FutexOff)
 	}
 	return true
