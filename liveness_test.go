@@ -7,6 +7,8 @@ import (
 
 	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/shmarena/shmarena/internal/owner"
+	rl "github.com/shmarena/shmarena/internal/ringlayout"
+	"github.com/shmarena/shmarena/internal/rlock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -107,4 +109,86 @@ func TestReaderWaitsForLiveRecoverer(t *testing.T) {
 			require.True(t, m2.release(s))
 		})
 	}
+}
+
+// A process table full of live handles refuses one more with an error that
+// names the limit; a closed handle's entry is taken by the next.
+func TestOpenTooManyHandles(t *testing.T) {
+	a, path := tempArena(t, MinSize+4096)
+	handles := []*Arena{a}
+	defer func() {
+		for _, h := range handles[1:] {
+			h.Close()
+		}
+	}()
+	for len(handles) < owner.Entries {
+		h, err := Open(path)
+		require.NoError(t, err, "handle %d", len(handles))
+		handles = append(handles, h)
+	}
+	_, err := Open(path)
+	require.ErrorIs(t, err, ErrTooManyHandles)
+	require.ErrorContains(t, err, "256")
+	requireOnePrefix(t, err)
+	require.NoError(t, handles[7].Close())
+	h, err := Open(path)
+	require.NoError(t, err, "a closed handle's entry is reused")
+	handles[7] = h
+	pids, err := a.Processes()
+	require.NoError(t, err)
+	require.Len(t, pids, 1, "256 handles, one process")
+}
+
+// An owner whose lock was taken over (here by hand, as a recoverer that
+// judged it dead would) finds out when it ends its write or commits its
+// record: it returns ErrLockLost and leaves the recoverer's work as it is.
+func TestLostLockIsReported(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := a.Map("m", WithSlots(64), WithStripes(4))
+	require.NoError(t, err)
+	r, err := a.Ring("r", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	other, err := Open(path)
+	require.NoError(t, err)
+	defer other.Close()
+	mo, err := other.Map("m", WithSlots(64), WithStripes(4))
+	require.NoError(t, err)
+	require.NoError(t, m.Store("k", []byte("old")))
+	s := m.stripeOf(hashKey("k"))
+
+	crashHook = func(point string) {
+		if point != "overwrite" {
+			return
+		}
+		// The recoverer takes the stripe and makes the slot a tombstone.
+		require.True(t, mem.CAS64(m.mem, m.lockOff(s), a.self, other.self))
+		mo.repairStripe(s)
+	}
+	err = m.Store("k", []byte("new"))
+	crashHook = nil
+	require.ErrorIs(t, err, ErrLockLost)
+	requireOnePrefix(t, err)
+	require.False(t, m.Exists("k"), "the recoverer's tombstone stands")
+	require.Equal(t, other.self, rlock.Owner(m.mem, m.lockOff(s)), "the lock stays the recoverer's")
+	require.True(t, mo.release(s))
+
+	_, err = r.Publish("t", []byte("one"))
+	require.NoError(t, err)
+	publishHook = func(seq uint64) {
+		require.True(t, mem.CAS64(r.b, r.off+rl.OffLock, a.self, other.self))
+		ro, err := other.Ring("r", WithSlots(8), WithSlotSize(64))
+		require.NoError(t, err)
+		ro.repair()
+	}
+	seq, err := r.Publish("t", []byte("two"))
+	publishHook = nil
+	require.ErrorIs(t, err, ErrLockLost)
+	require.Zero(t, seq)
+	require.Equal(t, uint64(3), r.Head(), "the hole was committed once, by the recoverer")
+	require.Equal(t, uint64(1), r.Stats().Abandoned)
+	require.Equal(t, other.self, mem.Load64(r.b, r.off+rl.OffLock))
+	mem.Store64(r.b, r.off+rl.OffLock, 0)
+	seq, err = r.Publish("t", []byte("three"))
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), seq)
 }
