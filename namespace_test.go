@@ -26,11 +26,10 @@ import (
 // taken within a second.
 
 // A view is how a worker is started: the command line before the test
-// binary, and what it should find when it looks at /proc.
+// binary.
 type nsView struct {
-	name  string
-	wrap  []string // prepended to the test binary's command line
-	setup func(t *testing.T, dir string)
+	name string
+	wrap []string // prepended to the test binary's command line
 }
 
 const nsSh = `set -e; ` // each view's shell prologue

@@ -20,8 +20,8 @@ package rlock
 
 import (
 	"math"
-	"sync/atomic"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/shmarena/shmarena/internal/futex"
