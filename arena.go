@@ -1,6 +1,8 @@
 package shmarena
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -35,6 +37,7 @@ type Arena struct {
 	// in lock words and the proof, to other processes, that it is alive.
 	own  *owner.Handle
 	self uint64 // own.Token()
+	seed uint64 // the maps' hash seed, from the header
 
 	mu sync.Mutex // serialises region carving and Close in this process
 
@@ -203,13 +206,27 @@ func initFile(f *os.File, path string, cfg openConfig) (*Arena, error) {
 		return nil, err
 	}
 	boot, _ := owner.BootID()
-	layout.WriteHeader(b, cfg.size, boot)
+	layout.WriteHeader(b, cfg.size, boot, newSeed())
 	mem.Store64(b, layout.OffMagic, layout.Magic)
 	a, err := newArena(f, path, b)
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
+}
+
+// seedForTest, when set by a test, is the hash seed of every arena created
+// from then on.
+var seedForTest *uint64
+
+// newSeed returns a random hash seed for a new arena.
+func newSeed() uint64 {
+	if seedForTest != nil {
+		return *seedForTest
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics rather than return an error)
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 // newArena registers a handle for the mapped arena b of file f in the
@@ -232,7 +249,7 @@ func newArena(f *os.File, path string, b []byte) (*Arena, error) {
 		}
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
 	}
-	return &Arena{f: f, path: path, mem: b, own: own, self: own.Token()}, nil
+	return &Arena{f: f, path: path, mem: b, own: own, self: own.Token(), seed: layout.ReadHeader(b).Seed}, nil
 }
 
 func reserveAndMap(fd int, path string, size int64) ([]byte, error) {

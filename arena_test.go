@@ -339,9 +339,9 @@ func TestRebootClearsLocks(t *testing.T) {
 		m.lock(s)
 		a.exit(s)
 	}
-	v, found := m.find("x", hashKey("x"))
+	v, found := m.find("x", m.hashKey("x"))
 	require.True(t, found)
-	m.begin(m.stripeOf(hashKey("x")), v)
+	m.begin(m.stripeOf(m.hashKey("x")), v)
 	require.NoError(t, a.Close())
 
 	fake, ok := owner.BootID()
@@ -540,7 +540,7 @@ func TestCloseUnderContendedSlowWrites(t *testing.T) {
 			defer wg.Done()
 			for i := 0; ; i++ {
 				key := fmt.Sprintf("g%d-%d", g, i)
-				h := hashKey(key)
+				h := m.hashKey(key)
 				s := m.stripeOf(h)
 				if !m.lock(s) {
 					return
@@ -684,4 +684,30 @@ func TestOpenRacingCreateRemoveErrorPrefix(t *testing.T) {
 	for msg, n := range seen {
 		t.Errorf("%d x %q", n, msg)
 	}
+}
+
+// Each arena hashes its keys under a seed of its own, chosen at random
+// when it is created and kept in the file: every process attached to it
+// hashes alike, and no one who cannot read the file knows which keys
+// collide.
+func TestHashSeedPerArena(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	b, _ := tempArena(t, 1<<20)
+	require.NotEqual(t, a.seed, b.seed, "two arenas drew the same 64-bit seed")
+	require.Equal(t, a.seed, layout.ReadHeader(a.mem).Seed)
+	again, err := Open(path)
+	require.NoError(t, err)
+	defer again.Close()
+	require.Equal(t, a.seed, again.seed, "an attaching handle uses the creator's seed")
+	ma, err := a.Map("m")
+	require.NoError(t, err)
+	mb, err := b.Map("m")
+	require.NoError(t, err)
+	require.NotEqual(t, ma.hashKey("user:42"), mb.hashKey("user:42"))
+	require.NoError(t, ma.Store("user:42", []byte("v")))
+	m2, err := again.Map("m")
+	require.NoError(t, err)
+	got, ok := m2.Load("user:42")
+	require.True(t, ok)
+	require.Equal(t, "v", string(got))
 }

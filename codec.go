@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -257,7 +256,7 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 	if c.ttl <= 0 {
 		c.keepTTL = true
 	}
-	h := xxhash.Sum64String(key)
+	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	bp := getBuf()
 	defer putBuf(bp)

@@ -251,7 +251,7 @@ func TestAddRacingClose(t *testing.T) {
 			require.NoError(t, err)
 			_, err = m.Add("k", 10)
 			require.NoError(t, err)
-			v, _, ok := m.readKey("k", hashKey("k"), nil, false)
+			v, _, ok := m.readKey("k", m.hashKey("k"), nil, false)
 			require.True(t, ok)
 			if zeroVersion { // a crafted file: a live counter whose version is 0
 				mem.Store64(m.mem, v.off+sVersion, 0)

@@ -102,9 +102,9 @@ func TestAddStaleHints(t *testing.T) {
 	n, err = m.Add("a", 0) // finds it, and leaves a hint
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	ha, hb := hashKey("a"), hashKey("b")
+	ha, hb := m.hashKey("a"), m.hashKey("b")
 	slotOf := func(key string) uint64 {
-		v, _, ok := m.readKey(key, hashKey(key), nil, false)
+		v, _, ok := m.readKey(key, m.hashKey(key), nil, false)
 		require.True(t, ok, key)
 		return uint64(v.off-m.slotBase) / uint64(m.slotSize)
 	}

@@ -19,7 +19,7 @@ func keyNearHome(m *Map, prefix string, n int) string {
 	for i := 0; ; i++ {
 		k := fmt.Sprintf("%s%d", prefix, i)
 		k += strings.Repeat("x", n-len(k))
-		if m.home(hashKey(k))+8 <= m.slots {
+		if m.home(m.hashKey(k))+8 <= m.slots {
 			return k
 		}
 	}
@@ -35,7 +35,7 @@ func TestMapCounterFillsSlot(t *testing.T) {
 		n, err = m.Add(k, 1)
 		require.NoError(t, err)
 		require.EqualValues(t, 42, n)
-		_, out, r := m.readNear(k, hashKey(k), nil, true)
+		_, out, r := m.readNear(k, m.hashKey(k), nil, true)
 		require.Equal(t, nearHit, r, "slot %d", ss)
 		require.EqualValues(t, 42, binary.LittleEndian.Uint64(out))
 		v, ok := m.Load(k)
@@ -182,7 +182,7 @@ func TestMapCounterTTLLapses(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 10, n)
 	time.Sleep(40 * time.Millisecond)
-	_, _, r := m.readNear(k, hashKey(k), nil, true)
+	_, _, r := m.readNear(k, m.hashKey(k), nil, true)
 	require.Equal(t, nearUnsure, r)
 	_, ok := m.Load(k)
 	require.False(t, ok)
@@ -204,11 +204,11 @@ func TestMapCorruptCounterMeta(t *testing.T) {
 	k := keyNearHome(m, "c", 24)
 	_, err := m.Add(k, 7)
 	require.NoError(t, err)
-	v, _, ok := m.readKey(k, hashKey(k), nil, false)
+	v, _, ok := m.readKey(k, m.hashKey(k), nil, false)
 	require.True(t, ok)
 	long := keyNearHome(m, "L", 30) // plain: 30 + 2 fills the slot
 	require.NoError(t, m.Store(long, []byte("ab")))
-	lv, _, ok := m.readKey(long, hashKey(long), nil, false)
+	lv, _, ok := m.readKey(long, m.hashKey(long), nil, false)
 	require.True(t, ok)
 	cases := []struct {
 		off  int
@@ -230,11 +230,11 @@ func TestMapCorruptCounterMeta(t *testing.T) {
 		}{lv.off, long, metaOf(stateLive, flagCounter, len(long), 0) | vl<<32})
 	}
 	for _, c := range cases {
-		cur, _, ok := m.readKey(c.key, hashKey(c.key), nil, false)
+		cur, _, ok := m.readKey(c.key, m.hashKey(c.key), nil, false)
 		require.True(t, ok)
 		mem.Store64(m.mem, cur.off+sMeta, c.meta)
 		require.NotPanics(t, func() {
-			_, _, r := m.readNear(c.key, hashKey(c.key), nil, true)
+			_, _, r := m.readNear(c.key, m.hashKey(c.key), nil, true)
 			require.NotEqual(t, nearHit, r, "meta %#x", c.meta)
 			_, ok := m.Load(c.key)
 			require.False(t, ok, "meta %#x", c.meta)

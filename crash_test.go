@@ -136,7 +136,7 @@ func killParked(t *testing.T, cmd *exec.Cmd, point string) time.Time {
 func keyInStripe(m *Map, prefix string, s uint64) string {
 	for i := 0; ; i++ {
 		k := prefix + "-" + strconv.Itoa(i)
-		if m.stripeOf(hashKey(k)) == s {
+		if m.stripeOf(m.hashKey(k)) == s {
 			return k
 		}
 	}
@@ -421,7 +421,7 @@ func TestCrashBootIDChange(t *testing.T) {
 	for s := uint64(0); s < f.m.stripes; s++ {
 		f.m.lock(s)
 	}
-	v, found := f.m.find(victim, hashKey(victim))
+	v, found := f.m.find(victim, f.m.hashKey(victim))
 	require.True(t, found)
 	odd := f.m.begin(f.s, v)
 	mem.Store64(r.b, r.off+rl.OffLock, f.a.self)

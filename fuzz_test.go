@@ -80,6 +80,7 @@ func exercise(m *Map) {
 // FuzzLiveCorruption mutates a live arena's map region while operations
 // run on it through another mapping.
 func FuzzLiveCorruption(f *testing.F) {
+	fixedSeed(f)
 	f.Add(0, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	f.Add(200, []byte{1})
 	f.Add(400, []byte{3, 1, 40, 0, 200, 0, 0, 0})

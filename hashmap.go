@@ -28,7 +28,7 @@ import (
 //
 //	0  deadline, Unix nanoseconds (0 = none)
 //	8  meta: state | flags<<8 | key length<<16 | value length<<32
-//	16 the key's 64-bit xxhash
+//	16 the key's 64-bit hash (XXH3 under the arena's seed)
 //	24 version: seq<<21 | stripe<<1 | 1 while being written, seq<<21 at rest
 //	32 data: key then value; for a counter the 8-byte value, then the key
 //
@@ -111,6 +111,7 @@ type Map struct {
 	stripes  uint64
 	maxPair  int
 	encoded  bool
+	seed     uint64 // the arena's hash seed
 
 	// counterHints remember, in this process only, where Add last found
 	// each counter (see hintEntries); 8 KiB, nil for a typed map.
@@ -238,6 +239,7 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		stripes:  stripes,
 		maxPair:  slotSize - slotHeader,
 		encoded:  e.Params[3] != 0,
+		seed:     a.seed,
 	}
 	if !m.encoded { // a typed map refuses Add
 		m.counterHints = make([]byte, hintEntries*8)

@@ -137,7 +137,7 @@ func TestMapRandomCorruption(t *testing.T) {
 			tags := []byte{0, 1, 2, 0xff}
 			for _, k := range []string{"key", "n", "other", "k\x00"} {
 				for _, kk := range []string{k, k + "2", k + "3"} {
-					tags = append(tags, tagOf(hashKey(kk)))
+					tags = append(tags, tagOf(m.hashKey(kk)))
 				}
 			}
 			for round := 0; round < 300; round++ {

@@ -29,7 +29,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err er
 	if m.encoded {
 		return 0, fmt.Errorf("shmarena: map %s: %w", quote(m.name), ErrEncoded)
 	}
-	h := hashKey(key)
+	h := m.hashKey(key)
 	if !lockedAddsForTest {
 		if n, err, done := m.addInPlace(key, h, delta); done {
 			runtime.KeepAlive(m)
@@ -172,7 +172,7 @@ func (m *Map) Counter(key string) (int64, bool) {
 		return 0, false
 	}
 	var buf [8]byte
-	v, out, ok := m.readKey(key, hashKey(key), buf[:0], true)
+	v, out, ok := m.readKey(key, m.hashKey(key), buf[:0], true)
 	runtime.KeepAlive(m)
 	if !ok || metaFlags(v.meta)&flagCounter == 0 {
 		return 0, false

@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/zeebo/xxh3"
 )
 
 // This file: public operations.
@@ -23,7 +23,7 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
 		return err
 	}
 	c := writeOpts(opts)
-	h := hashKey(key)
+	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return ErrClosed
@@ -72,7 +72,7 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 	if key == "" || m.a.closed.Load() {
 		return dst, false
 	}
-	_, out, ok := m.readKey(key, hashKey(key), dst, true)
+	_, out, ok := m.readKey(key, m.hashKey(key), dst, true)
 	runtime.KeepAlive(m)
 	return out, ok
 }
@@ -82,7 +82,7 @@ func (m *Map) Exists(key string) bool {
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
-	_, _, ok := m.readKey(key, hashKey(key), nil, false)
+	_, _, ok := m.readKey(key, m.hashKey(key), nil, false)
 	runtime.KeepAlive(m)
 	return ok
 }
@@ -104,7 +104,7 @@ func (m *Map) loadAndDelete(key string, load bool) (value []byte, loaded bool) {
 	if key == "" || m.a.closed.Load() {
 		return nil, false
 	}
-	h := hashKey(key)
+	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return nil, false
@@ -137,7 +137,7 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
-	h := hashKey(key)
+	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return nil, false, ErrClosed
@@ -159,7 +159,7 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
-	h := hashKey(key)
+	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return nil, false, ErrClosed
@@ -180,7 +180,7 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	if err := m.check(key, len(new)); err != nil {
 		return false, err
 	}
-	h := hashKey(key)
+	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return false, ErrClosed
@@ -205,7 +205,7 @@ func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
-	h := hashKey(key)
+	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return false
@@ -281,7 +281,7 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
-	h := hashKey(key)
+	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return false
@@ -323,7 +323,7 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 	if key == "" || m.a.closed.Load() {
 		return 0, false
 	}
-	v, _, ok := m.readKey(key, hashKey(key), nil, false)
+	v, _, ok := m.readKey(key, m.hashKey(key), nil, false)
 	runtime.KeepAlive(m)
 	if !ok {
 		return 0, false
@@ -343,7 +343,7 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 func (m *Map) All() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
 		m.walk(func(key string, off int, meta uint64) bool {
-			v, val, ok := m.readKey(key, hashKey(key), []byte{}, true)
+			v, val, ok := m.readKey(key, m.hashKey(key), []byte{}, true)
 			return !ok || v.off != off || yield(key, val)
 		})
 	}
@@ -394,4 +394,7 @@ func (m *Map) walk(fn func(key string, off int, meta uint64) bool) {
 	}
 }
 
-func hashKey(key string) uint64 { return xxhash.Sum64String(key) }
+// hashKey hashes a key with XXH3-64 under the arena's seed, chosen at
+// random when the arena was created: nobody who cannot read the file can
+// compute which keys collide in a probe chain.
+func (m *Map) hashKey(key string) uint64 { return xxh3.HashStringSeed(key, m.seed) }

@@ -18,8 +18,8 @@ func sameHome(m *Map) (first, second string) {
 	seen := map[uint64]string{}
 	for i := 0; ; i++ {
 		k := keyInStripe(m, "h", uint64(i)%m.stripes) + "-" + string(rune('a'+i%26))
-		h := hashKey(k)
-		if o, ok := seen[m.home(h)]; ok && m.stripeOf(hashKey(o)) != m.stripeOf(h) {
+		h := m.hashKey(k)
+		if o, ok := seen[m.home(h)]; ok && m.stripeOf(m.hashKey(o)) != m.stripeOf(h) {
 			return o, k
 		}
 		seen[m.home(h)] = k
@@ -57,9 +57,9 @@ func TestReaderWaitsForLiveRecoverer(t *testing.T) {
 
 			// The dead writer's state: its stripe held, the slot odd and
 			// tagged as a claim in progress.
-			v, found := m.find(dead, hashKey(dead))
+			v, found := m.find(dead, m.hashKey(dead))
 			require.True(t, found)
-			s := m.stripeOf(hashKey(dead))
+			s := m.stripeOf(m.hashKey(dead))
 			mem.Store64(m.mem, m.lockOff(s), gone.self)
 			mem.Store64(m.mem, m.lockOff(s)+8, m.slotIndex(v.off)+1)
 			m.setTag(m.slotIndex(v.off), tagUnknown)
@@ -154,7 +154,7 @@ func TestLostLockIsReported(t *testing.T) {
 	mo, err := other.Map("m", WithSlots(64), WithStripes(4))
 	require.NoError(t, err)
 	require.NoError(t, m.Store("k", []byte("old")))
-	s := m.stripeOf(hashKey("k"))
+	s := m.stripeOf(m.hashKey("k"))
 
 	crashHook = func(point string) {
 		if point != "overwrite" {

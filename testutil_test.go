@@ -3,7 +3,17 @@ package shmarena
 import (
 	"encoding/binary"
 	"os"
+	"testing"
 )
+
+// fixedSeed makes every arena the test creates hash with seed 1, so that
+// which keys collide is the same in every run (fuzz targets replay their
+// inputs); it is undone when the test ends.
+func fixedSeed(t testing.TB) {
+	s := uint64(1)
+	seedForTest = &s
+	t.Cleanup(func() { seedForTest = nil })
+}
 
 // patch64 replaces the little-endian word at off in the file at path and
 // returns the old value.

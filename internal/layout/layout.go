@@ -13,6 +13,7 @@
 //	48      4     regions in use
 //	52      4     directory capacity
 //	56      8     next free offset (bump allocator for regions)
+//	64      8     hash seed, chosen at random when the file is created
 //	2048    8192  directory: 64 entries of 128 bytes
 //	10240   6144  process table: 256 entries of 24 bytes (see internal/owner)
 //	16384         first region
@@ -52,6 +53,7 @@ const (
 	OffRegionCount = 48
 	OffDirCap      = 52
 	OffNextFree    = 56
+	OffSeed        = 64
 
 	OffProcTable  = 10240
 	ProcSlots     = 256
@@ -174,7 +176,7 @@ func ValidateEntry(e Entry, nextFree int64) error {
 }
 
 // WriteHeader writes every header field except the magic.
-func WriteHeader(b []byte, size int64, boot [16]byte) {
+func WriteHeader(b []byte, size int64, boot [16]byte, seed uint64) {
 	binary.LittleEndian.PutUint32(b[OffVersion:], Version)
 	binary.NativeEndian.PutUint32(b[OffProbe:], OrderProbe)
 	binary.LittleEndian.PutUint32(b[OffWordSize:], WordSize)
@@ -184,6 +186,7 @@ func WriteHeader(b []byte, size int64, boot [16]byte) {
 	binary.LittleEndian.PutUint32(b[OffRegionCount:], 0)
 	binary.LittleEndian.PutUint32(b[OffDirCap:], DirEntries)
 	binary.LittleEndian.PutUint64(b[OffNextFree:], HeaderSize)
+	binary.LittleEndian.PutUint64(b[OffSeed:], seed)
 }
 
 // Header is the decoded fixed header.
@@ -198,6 +201,7 @@ type Header struct {
 	RegionCount uint32
 	DirCap      uint32
 	NextFree    int64
+	Seed        uint64
 }
 
 // ReadHeader decodes the header; b must hold at least HeaderSize bytes.
@@ -212,6 +216,7 @@ func ReadHeader(b []byte) Header {
 		RegionCount: binary.LittleEndian.Uint32(b[OffRegionCount:]),
 		DirCap:      binary.LittleEndian.Uint32(b[OffDirCap:]),
 		NextFree:    int64(binary.LittleEndian.Uint64(b[OffNextFree:])),
+		Seed:        binary.LittleEndian.Uint64(b[OffSeed:]),
 	}
 	copy(h.BootID[:], b[OffBootID:OffBootID+16])
 	return h
