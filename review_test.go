@@ -1,0 +1,84 @@
+package shmarena
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Review tests: each shows a defect found reviewing the OFD-liveness change.
+
+func init() {
+	// review-carver opens the arena at SHMARENA_PATH, starts a worker that
+	// inherits a.File() (as README and OpenMemfd's doc recommend), prints the
+	// worker's pid, then carves a region and parks at crash point "carve",
+	// holding the carve flock, until the test SIGKILLs it.
+	childRoles["review-carver"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		w := exec.Command("sleep", "60")
+		w.ExtraFiles = []*os.File{a.File()}
+		if err := w.Start(); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stdout, "WORKER %d\n", w.Process.Pid)
+		parkAt("carve")
+		_, err = a.Map("carved-by-the-dead", WithSlots(64))
+		return fmt.Errorf("Map returned (%v) without reaching the crash point", err)
+	}
+}
+
+// A process killed while carving a region holds the arena's flock on a.f's
+// open file description. When a worker it started with a.File() in
+// ExtraFiles (the documented way to share an arena) still holds that
+// description, the flock outlives the killed process: every Open of the path
+// and every carve by any other process blocks forever (unix.Flock LOCK_EX
+// has no timeout), though the only holder is dead.
+func TestReviewCarverKilledWithWorkerHoldingItsFileBlocksOpen(t *testing.T) {
+	_, path := tempArena(t, 1<<20)
+	cmd := child(t, "review-carver", "SHMARENA_PATH="+path)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	r := bufio.NewReader(out)
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "WORKER ")))
+	require.NoError(t, err, "line %q", line)
+	// The worker is alive and attached to nothing: it only holds fd 3.
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	line, err = r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "AT carve\n", line)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+
+	done := make(chan error, 1)
+	go func() {
+		b, err := Open(path)
+		if err == nil {
+			_, err = b.Map("after", WithSlots(64))
+			_ = b.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(3 * time.Second):
+		// Kill the worker so the blocked Open can finish before the test ends.
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		<-done
+		t.Fatalf("Open of %s blocked 3 s after the carver was killed: its flock lives on in the description worker %d inherited through ExtraFiles", path, pid)
+	}
+}
