@@ -82,3 +82,42 @@ func TestReviewCarverKilledWithWorkerHoldingItsFileBlocksOpen(t *testing.T) {
 		t.Fatalf("Open of %s blocked 3 s after the carver was killed: its flock lives on in the description worker %d inherited through ExtraFiles", path, pid)
 	}
 }
+
+// A lock-free Load that meets a slot left odd by a dead writer repairs the
+// stripe itself (awaitWriter -> repairDead -> afterTakeover), and the repair
+// recounts, which takes every stripe with Acquire: so the Load waits for
+// every live holder of any other stripe, however long it holds it (here a
+// live process parked inside an insert, as a SIGSTOPped one would be). The
+// README promises reads take no lock and give up after a bounded wait.
+func TestReviewLoadOfDeadWritersSlotWaitsForLiveHolderOfAnotherStripe(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := crashMap(a)
+	require.NoError(t, err)
+	victim := keyInStripe(m, "victim", 1)
+	held := keyInStripe(m, "held", 2)
+	killAt(t, path, "store", "insert", victim, "v") // dead holder of stripe 1, slot odd
+
+	holder := child(t, "crash-op", "SHMARENA_PATH="+path, "SHMARENA_OP=store", "SHMARENA_POINT=insert",
+		"SHMARENA_KEY="+held, "SHMARENA_VAL=w")
+	out, err := holder.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, holder.Start())
+	stop := func() { _ = holder.Process.Kill(); _ = holder.Wait() }
+	t.Cleanup(stop)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "AT insert\n", line) // alive, holding stripe 2
+
+	done := make(chan bool, 1)
+	start := time.Now()
+	go func() { _, ok := m.Load(victim); done <- ok }()
+	select {
+	case ok := <-done:
+		require.False(t, ok, "the dead writer's insert reads absent")
+		t.Logf("Load returned after %v", time.Since(start))
+	case <-time.After(3 * time.Second):
+		stop()
+		<-done
+		t.Fatalf("Load(%q) blocked 3 s: it repairs stripe 1 and recounts, waiting for stripe 2, held by a live process", victim)
+	}
+}
