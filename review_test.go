@@ -36,6 +36,27 @@ func init() {
 		_, err = a.Map("carved-by-the-dead", WithSlots(64))
 		return fmt.Errorf("Map returned (%v) without reaching the crash point", err)
 	}
+	// review-dropped-worker drops to uid/gid 65534, as a pre-forked worker
+	// of a privileged master does, and attaches to the arena it was passed
+	// as fd 3, then stores a key.
+	childRoles["review-dropped-worker"] = func() error {
+		if err := syscall.Setgid(65534); err != nil {
+			return err
+		}
+		if err := syscall.Setuid(65534); err != nil {
+			return err
+		}
+		a, err := OpenFile(os.NewFile(3, "arena"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		m, err := a.Map("m", WithSlots(64))
+		if err != nil {
+			return err
+		}
+		return m.Store("worker", []byte("was here"))
+	}
 }
 
 // A process killed while carving a region holds the arena's flock on a.f's
@@ -120,4 +141,29 @@ func TestReviewLoadOfDeadWritersSlotWaitsForLiveHolderOfAnotherStripe(t *testing
 		<-done
 		t.Fatalf("Load(%q) blocked 3 s: it repairs stripe 1 and recounts, waiting for stripe 2, held by a live process", victim)
 	}
+}
+
+// OpenFile used to duplicate the descriptor it was given; it now reopens
+// /proc/self/fd/N, which checks the file's permissions again. A worker that
+// was handed the arena's descriptor (File() in ExtraFiles, as documented)
+// but may not open the file itself, such as a privilege-dropped worker of
+// a master that created the arena with the default mode 0600, can no longer
+// attach: passing an open descriptor is exactly how such a worker is given
+// access.
+func TestReviewOpenFileFailsForWorkerPassedDescriptorWithoutOpenPermission(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop a worker's privileges")
+	}
+	a, _ := tempArena(t, 1<<20)
+	m, err := a.Map("m", WithSlots(64))
+	require.NoError(t, err)
+	cmd := child(t, "review-dropped-worker")
+	cmd.ExtraFiles = []*os.File{a.File()}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	require.NoError(t, err, "worker: %s", stderr.String())
+	v, ok := m.Load("worker")
+	require.True(t, ok)
+	require.Equal(t, "was here", string(v))
 }
