@@ -167,3 +167,42 @@ func TestReviewOpenFileFailsForWorkerPassedDescriptorWithoutOpenPermission(t *te
 	require.True(t, ok)
 	require.Equal(t, "was here", string(v))
 }
+
+// A write waiting for a stripe another handle holds (a live, slow or
+// stopped holder: here another handle's Update) is counted in flight but
+// never looks at closed: Close gives up on it after 100 ms and returns nil,
+// and when the holder lets go the write goes ahead and succeeds, after
+// Close returned. The docs say every method returns ErrClosed after Close;
+// only a write already holding a lock is said to be let finish. (And
+// Close's finish, with this handle's process-table entry, waits on another
+// process for as long as it holds the stripe.)
+func TestReviewWriteWaitingForAStripeSucceedsAfterCloseReturned(t *testing.T) {
+	b, path := tempArena(t, 1<<20)
+	tb, err := OpenTypedMap[int](b, "t", WithSlots(64), WithStripes(1))
+	require.NoError(t, err)
+	a, err := Open(path)
+	require.NoError(t, err)
+	ta, err := OpenTypedMap[int](a, "t", WithSlots(64), WithStripes(1))
+	require.NoError(t, err)
+
+	inFn, release := make(chan struct{}), make(chan struct{})
+	updated := make(chan error, 1)
+	go func() {
+		_, err := tb.Update("k", func(int, bool) (int, bool) {
+			close(inFn)
+			<-release
+			return 1, true
+		})
+		updated <- err
+	}()
+	<-inFn
+	stored := make(chan error, 1)
+	go func() { stored <- ta.Store("k", 2) }()
+	time.Sleep(50 * time.Millisecond) // the Store is waiting for the stripe
+	require.NoError(t, a.Close())
+	close(release)
+	require.NoError(t, <-updated)
+	err = <-stored
+	v, _, _ := tb.Load("k")
+	require.ErrorIs(t, err, ErrClosed, "a Store still waiting when Close returned went ahead (value now %d)", v)
+}
