@@ -206,3 +206,48 @@ func TestReviewWriteWaitingForAStripeSucceedsAfterCloseReturned(t *testing.T) {
 	v, _, _ := tb.Load("k")
 	require.ErrorIs(t, err, ErrClosed, "a Store still waiting when Close returned went ahead (value now %d)", v)
 }
+
+// Recovering a dead holder's stripe recounts, taking every stripe in order
+// and holding those it has while it waits for the next. With a live
+// process holding stripe 3 for long (stopped, or in a slow Update), the
+// recoverer of stripe 1 sits on stripes 0-2 meanwhile: writers of keys that
+// neither the dead nor the live process touched stall too, for as long as
+// the live one holds its stripe. README: the lock "goes to whoever takes it
+// first, which is what keeps a stopped process from stalling anyone".
+func TestReviewRecountHoldsEveryStripeWhileWaitingForALiveHolder(t *testing.T) {
+	a, path := tempArena(t, 1<<20)
+	m, err := crashMap(a)
+	require.NoError(t, err)
+	victim := keyInStripe(m, "victim", 1)
+	held := keyInStripe(m, "held", 3)
+	bystander := keyInStripe(m, "bystander", 0)
+	killAt(t, path, "store", "insert", victim, "v") // dead holder of stripe 1
+
+	holder := child(t, "crash-op", "SHMARENA_PATH="+path, "SHMARENA_OP=store", "SHMARENA_POINT=insert",
+		"SHMARENA_KEY="+held, "SHMARENA_VAL=w")
+	out, err := holder.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, holder.Start())
+	stop := func() { _ = holder.Process.Kill(); _ = holder.Wait() }
+	t.Cleanup(stop)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "AT insert\n", line) // alive, holding stripe 3
+
+	recovered := make(chan error, 1)
+	go func() { recovered <- m.Store(victim, []byte("x")) }() // takes stripe 1 over, recounts
+	time.Sleep(200 * time.Millisecond)
+	stored := make(chan error, 1)
+	go func() { stored <- m.Store(bystander, []byte("y")) }()
+	select {
+	case err := <-stored:
+		require.NoError(t, err)
+	case <-time.After(3 * time.Second):
+		stop()
+		<-stored
+		<-recovered
+		t.Fatalf("Store(%q) on stripe 0, which no one else uses, blocked 3 s behind a recount waiting for a live holder of stripe 3", bystander)
+	}
+	stop()
+	require.NoError(t, <-recovered)
+}
