@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +36,51 @@ func init() {
 		parkAt("carve")
 		_, err = a.Map("carved-by-the-dead", WithSlots(64))
 		return fmt.Errorf("Map returned (%v) without reaching the crash point", err)
+	}
+	// review-memfd-parent follows the README's no-file flow: OpenMemfd,
+	// a worker started with a.File() in ExtraFiles (its stdout is ours),
+	// then, once the worker is attached, it carves a region and parks at
+	// crash point "carve" until the test SIGKILLs it.
+	childRoles["review-memfd-parent"] = func() error {
+		a, err := OpenMemfd("review", WithSize(1<<20))
+		if err != nil {
+			return err
+		}
+		w := exec.Command(os.Args[0], "-test.run=^$")
+		w.Env = append(os.Environ(), "SHMARENA_ROLE=review-memfd-worker")
+		w.ExtraFiles = []*os.File{a.File()}
+		w.Stdout, w.Stderr = os.Stdout, os.Stderr
+		if err := w.Start(); err != nil {
+			return err
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			if pids, _ := a.Processes(); len(pids) == 2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("worker never attached")
+			}
+		}
+		fmt.Fprintf(os.Stdout, "WORKER %d\n", w.Process.Pid)
+		parkAt("carve")
+		_, err = a.Map("carved-by-the-dead", WithSlots(64))
+		return fmt.Errorf("Map returned (%v) without reaching the crash point", err)
+	}
+	// review-memfd-worker attaches as README says (OpenFile(os.NewFile(3,
+	// ""))), and on SIGUSR1 carves a region and says so.
+	childRoles["review-memfd-worker"] = func() error {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		a, err := OpenFile(os.NewFile(3, ""))
+		if err != nil {
+			return err
+		}
+		<-usr1
+		if _, err := a.Map("worker's", WithSlots(64)); err != nil {
+			return err
+		}
+		fmt.Fprintln(os.Stdout, "CARVED")
+		return a.Close()
 	}
 	// review-dropped-worker drops to uid/gid 65534, as a pre-forked worker
 	// of a privileged master does, and attaches to the arena it was passed
@@ -250,4 +296,39 @@ func TestReviewRecountHoldsEveryStripeWhileWaitingForALiveHolder(t *testing.T) {
 	}
 	stop()
 	require.NoError(t, <-recovered)
+}
+
+// The README's own no-file flow (OpenMemfd, a.File() in ExtraFiles,
+// OpenFile(os.NewFile(3, "")) in the worker): the creator is killed while
+// carving a region, holding the carve flock on the memfd's description,
+// which the live worker shares through its fd 3. The worker, attached and
+// alive, then hangs for good in its own Map: it waits for a flock that only
+// it keeps held.
+func TestReviewMemfdWorkerHangsCarvingAfterItsCreatorDiedCarving(t *testing.T) {
+	cmd := child(t, "review-memfd-parent")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	r := bufio.NewReader(out)
+	line, err := r.ReadString('\n')
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "WORKER ")))
+	require.NoError(t, err, "line %q", line)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	line, err = r.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "AT carve\n", line)
+	require.NoError(t, cmd.Process.Kill())
+	_, _ = cmd.Process.Wait()
+
+	require.NoError(t, syscall.Kill(pid, syscall.SIGUSR1))
+	carved := make(chan string, 1)
+	go func() { l, _ := r.ReadString('\n'); carved <- l }()
+	select {
+	case l := <-carved:
+		require.Equal(t, "CARVED\n", l)
+	case <-time.After(3 * time.Second):
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the live worker's Map blocked 3 s after its creator was killed carving: the creator's flock lives on in the memfd description the worker inherited")
+	}
 }
