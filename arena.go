@@ -237,8 +237,7 @@ func newArena(f *os.File, path string, b []byte) (*Arena, error) {
 	fd, err := owner.Reopen(int(f.Fd()), path)
 	if err != nil {
 		_ = mapping.Unmap(b)
-		return nil, fmt.Errorf("shmarena: open %s: giving this handle an open file description of its own "+
-			"(needed to prove it alive to other processes): %w; open the arena by path, or mount /proc", describePath(path), err)
+		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), reopenError(err))
 	}
 	own, err := owner.Register(b, fd, os.Getpid(), time.Now().UnixNano())
 	if err != nil {
@@ -530,7 +529,10 @@ func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 	if a.closed.Load() {
 		return layout.Entry{}, ErrClosed
 	}
-	fd := int(a.f.Fd())
+	// The handle's own description, never a.f's: a.f's may be shared with
+	// a child (File, ExtraFiles), and a flock belongs to the description,
+	// so a child holding it would keep this process's lock after it died.
+	fd := a.own.Fd()
 	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
 		return layout.Entry{}, fmt.Errorf("shmarena: region %s: lock: %w", quote(spec.name), err)
 	}

@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -39,6 +40,18 @@ func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
 	return a, nil
 }
 
+// reopenError explains why a handle could not get an open file
+// description of its own, which it needs (see owner.Reopen), and names the
+// fix.
+func reopenError(err error) error {
+	why := "mount /proc in this process's namespace, or open the arena by path"
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		why = "this process may not open the arena file itself, which every handle must (a descriptor passed " +
+			"to it is shared with its sender); give it access (WithMode when creating, or the file's owner and group)"
+	}
+	return fmt.Errorf("cannot open a file description of this handle's own: %w; %s", err, why)
+}
+
 // describePath names an arena's file in errors; arenas reached through a
 // descriptor (OpenFile, OpenMemfd) have no path.
 func describePath(path string) string {
@@ -73,8 +86,7 @@ func OpenFile(f *os.File, opts ...OpenOption) (*Arena, error) {
 	// file lock and identity stand in for the parent's.
 	fd, err := owner.Reopen(int(f.Fd()), "")
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: open %s: reopening the descriptor as a description of this handle's own: %w; "+
-			"mount /proc in this process's namespace, or open the arena by path", f.Name(), err)
+		return nil, fmt.Errorf("shmarena: open %s: %w", f.Name(), reopenError(err))
 	}
 	return attach(os.NewFile(uintptr(fd), f.Name()), "", cfg)
 }

@@ -392,7 +392,7 @@ func TestBootIDChangeKeepsLiveLocks(t *testing.T) {
 func TestErrorsAreDistinct(t *testing.T) {
 	all := []error{ErrClosed, ErrNotArena, ErrIncompatible, ErrSizeMismatch, ErrCorrupt, ErrSymlink,
 		ErrShape, ErrArenaFull, ErrEmptyKey, ErrTooLarge, ErrFull, ErrNotCounter, ErrEncoded, ErrEncode,
-		ErrTooManyGroups, ErrInvalid}
+		ErrTooManyGroups, ErrInvalid, ErrTooManyHandles, ErrLockLost}
 	for i, a := range all {
 		for j, b := range all {
 			require.Equal(t, i == j, errors.Is(a, b))

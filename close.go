@@ -68,6 +68,7 @@ func (a *Arena) Close() error {
 	if !a.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	a.own.Abandon() // writes waiting for a lock give up (ErrClosed)
 	wakeAllOnClose(a.mem)
 	if !a.awaitInflight() {
 		go a.finishWhenDrained()

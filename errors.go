@@ -75,12 +75,16 @@ var (
 	// are reused. Close handles a process no longer needs.
 	ErrTooManyHandles = errors.New("too many handles attached")
 
-	// ErrLockLost means an operation found, when it released a lock or
-	// committed a record, that another process had taken the lock over,
-	// judging this handle dead; the operation changed nothing after that.
-	// Liveness is proven by the kernel (see the package documentation), so
-	// this never happens unless the file is damaged or written by other
-	// means: it is a second line of defence, and worth reporting.
+	// ErrLockLost means an operation found, when it ended its write,
+	// released its lock or committed its record, that another process had
+	// taken the lock over, judging this handle dead. It stops there and
+	// writes nothing more, but what it wrote before it found out may have
+	// reached the slot or record (which the recoverer treats as a dead
+	// writer's: made absent or abandoned) and may be lost. Liveness is
+	// proven by the kernel (see the package documentation), so this never
+	// happens unless the file is damaged, written by other means, or this
+	// handle's descriptors were closed behind its back: it is a second line
+	// of defence, and worth reporting.
 	ErrLockLost = errors.New("lock was taken over by another process")
 
 	// ErrInvalid means an option or argument is out of range.

@@ -121,7 +121,11 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	}
 	defer r.a.exit(0)
 	lock := r.off + rl.OffGroupLock
-	if rlock.Acquire(b, lock, r.a.own) {
+	recovered, ok := rlock.Acquire(b, lock, r.a.own)
+	if !ok {
+		return nil, ErrClosed // Close began while this waited
+	}
+	if recovered {
 		// The previous holder died: drop any entry it left half-made.
 		for i := 0; i < rl.Groups; i++ {
 			g := r.off + rl.GroupOff(i)

@@ -15,6 +15,7 @@ import (
 //	0    slots          8  slot size      16 stripes      24 flags (1 = encoded)
 //	32   deadlines (nonzero once any entry had one)  40 busy    48 full
 //	56   expired        64 recoveries   72 longest probe distance of any insert
+//	80   recount due (see recount)
 //	128  stripes x 64 bytes: lock word; the slot index+1 being written
 //	     (0 = none), so a recoverer knows which slot a dead writer held;
 //	     then this stripe's share of used and of tombstones (signed: an
@@ -49,6 +50,7 @@ const (
 	mhExpired    = 56
 	mhRecoveries = 64
 	mhMaxProbe   = 72
+	mhRecountDue = 80
 	mhDeadlines  = 32
 
 	slotHeader = 32

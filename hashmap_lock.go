@@ -16,16 +16,27 @@ func (m *Map) lock(s uint64) bool {
 	if !m.a.enter(s) {
 		return false
 	}
-	for rlock.Acquire(m.mem, m.lockOff(s), m.a.own) {
+	for {
+		recovered, ok := rlock.Acquire(m.mem, m.lockOff(s), m.a.own)
+		if !ok { // Close began while this write waited
+			m.a.exit(s)
+			return false
+		}
+		if !recovered {
+			return true
+		}
 		m.afterTakeover(s)
 	}
-	return true
 }
 
 // unlock releases a stripe taken by lock and ends the operation. It
-// reports false when the lock had been taken over (see ErrLockLost).
+// reports false when the lock had been taken over (see ErrLockLost). A
+// recount left due (see recount) is tried again here, without waiting.
 func (m *Map) unlock(s uint64) bool {
 	ok := m.release(s)
+	if mem.Load64(m.mem, m.base+mhRecountDue) != 0 {
+		m.recount()
+	}
 	m.a.exit(s)
 	return ok
 }
@@ -89,25 +100,34 @@ func (m *Map) repairStripe(s uint64) {
 	mem.Store64(m.mem, intent, 0)
 }
 
-// recount takes every stripe in order (so two recounters cannot deadlock),
-// recomputes used and tombstones from the slots, and releases them.
+// recount recomputes used and tombstones from the slots, which needs every
+// stripe at once. It never waits: it tries each stripe in order, taking
+// over those of dead owners on the way, and if a live handle holds one (a
+// slow Update, a stopped process) it gives them all back and leaves the
+// recount due, for the next unlock of any stripe in any process to try
+// again. Waiting there would make a reader that met a dead writer's slot,
+// and every writer of the stripes already taken, wait for that live
+// holder. Until then Len and Stats may be off by the dead writer's one
+// operation.
 func (m *Map) recount() {
-	for s := uint64(0); s < m.stripes; s++ {
-		// Try first: a stripe a dead process holds is taken over at once,
-		// not after Acquire's patience, so a recount over many stripes
-		// left held by a dying recoverer stays well inside a second.
-		ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(s), m.a.own)
+	mem.Store64(m.mem, m.base+mhRecountDue, 1)
+	taken := uint64(0)
+	for ; taken < m.stripes; taken++ {
+		ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(taken), m.a.own)
 		if !ok {
-			recovered = rlock.Acquire(m.mem, m.lockOff(s), m.a.own)
+			break
 		}
 		if recovered {
-			m.repairStripe(s)
+			m.repairStripe(taken)
 			mem.Add64(m.mem, m.base+mhRecoveries, 1)
 		}
 	}
-	crashPoint("recount")
-	m.count()
-	for s := uint64(0); s < m.stripes; s++ {
+	if taken == m.stripes {
+		crashPoint("recount")
+		m.count()
+		mem.Store64(m.mem, m.base+mhRecountDue, 0)
+	}
+	for s := uint64(0); s < taken; s++ {
 		m.release(s)
 	}
 }

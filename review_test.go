@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,7 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Review tests: each shows a defect found reviewing the OFD-liveness change.
+// Regression tests for defects a review of the OFD-liveness change found.
+// Each comment says what used to go wrong; the fix is named after it.
 
 func init() {
 	// review-carver opens the arena at SHMARENA_PATH, starts a worker that
@@ -109,9 +111,10 @@ func init() {
 // open file description. When a worker it started with a.File() in
 // ExtraFiles (the documented way to share an arena) still holds that
 // description, the flock outlives the killed process: every Open of the path
-// and every carve by any other process blocks forever (unix.Flock LOCK_EX
-// has no timeout), though the only holder is dead.
-func TestReviewCarverKilledWithWorkerHoldingItsFileBlocksOpen(t *testing.T) {
+// and every carve by any other process blocked forever (unix.Flock LOCK_EX
+// has no timeout), though the only holder was dead. Fixed: carving takes
+// the flock on the handle's own description, which nobody inherits.
+func TestCarverKilledWhileWorkerHoldsItsFile(t *testing.T) {
 	_, path := tempArena(t, 1<<20)
 	cmd := child(t, "review-carver", "SHMARENA_PATH="+path)
 	out, err := cmd.StdoutPipe()
@@ -152,11 +155,12 @@ func TestReviewCarverKilledWithWorkerHoldingItsFileBlocksOpen(t *testing.T) {
 
 // A lock-free Load that meets a slot left odd by a dead writer repairs the
 // stripe itself (awaitWriter -> repairDead -> afterTakeover), and the repair
-// recounts, which takes every stripe with Acquire: so the Load waits for
-// every live holder of any other stripe, however long it holds it (here a
+// recounts, which took every stripe with Acquire: so the Load waited for
+// every live holder of any other stripe, however long it held it (here a
 // live process parked inside an insert, as a SIGSTOPped one would be). The
 // README promises reads take no lock and give up after a bounded wait.
-func TestReviewLoadOfDeadWritersSlotWaitsForLiveHolderOfAnotherStripe(t *testing.T) {
+// Fixed: the recount never waits; it is left due instead.
+func TestLoadOfDeadWritersSlotWaitsForNoOtherStripe(t *testing.T) {
 	a, path := tempArena(t, 1<<20)
 	m, err := crashMap(a)
 	require.NoError(t, err)
@@ -189,40 +193,53 @@ func TestReviewLoadOfDeadWritersSlotWaitsForLiveHolderOfAnotherStripe(t *testing
 	}
 }
 
-// OpenFile used to duplicate the descriptor it was given; it now reopens
-// /proc/self/fd/N, which checks the file's permissions again. A worker that
-// was handed the arena's descriptor (File() in ExtraFiles, as documented)
-// but may not open the file itself, such as a privilege-dropped worker of
-// a master that created the arena with the default mode 0600, can no longer
-// attach: passing an open descriptor is exactly how such a worker is given
-// access.
-func TestReviewOpenFileFailsForWorkerPassedDescriptorWithoutOpenPermission(t *testing.T) {
+// A worker passed the arena's descriptor that may not open the file itself
+// (a privilege-dropped worker of a master that created the arena with the
+// default mode 0600) cannot attach: every handle needs an open file
+// description of its own, or its liveness would be shared with its
+// sender's. The error says so and names the fix; with the fix (a mode the
+// worker may open) it attaches.
+func TestOpenFileWorkerWithoutOpenPermission(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to drop a worker's privileges")
 	}
-	a, _ := tempArena(t, 1<<20)
-	m, err := a.Map("m", WithSlots(64))
-	require.NoError(t, err)
-	cmd := child(t, "review-dropped-worker")
-	cmd.ExtraFiles = []*os.File{a.File()}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	err = cmd.Run()
-	require.NoError(t, err, "worker: %s", stderr.String())
-	v, ok := m.Load("worker")
-	require.True(t, ok)
-	require.Equal(t, "was here", string(v))
+	for _, mode := range []os.FileMode{0o600, 0o666} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.Chmod(dir, 0o755))
+			a, err := Open(filepath.Join(dir, "arena"), WithSize(1<<20), WithMode(mode))
+			require.NoError(t, err)
+			defer a.Close()
+			m, err := a.Map("m", WithSlots(64))
+			require.NoError(t, err)
+			cmd := child(t, "review-dropped-worker")
+			cmd.ExtraFiles = []*os.File{a.File()}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err = cmd.Run()
+			if mode == 0o600 {
+				require.Error(t, err, "the worker attached without a description of its own")
+				require.Contains(t, stderr.String(), "may not open the arena file itself")
+				require.Contains(t, stderr.String(), "WithMode")
+				return
+			}
+			require.NoError(t, err, "worker: %s", stderr.String())
+			v, ok := m.Load("worker")
+			require.True(t, ok)
+			require.Equal(t, "was here", string(v))
+		})
+	}
 }
 
 // A write waiting for a stripe another handle holds (a live, slow or
-// stopped holder: here another handle's Update) is counted in flight but
-// never looks at closed: Close gives up on it after 100 ms and returns nil,
-// and when the holder lets go the write goes ahead and succeeds, after
-// Close returned. The docs say every method returns ErrClosed after Close;
+// stopped holder: here another handle's Update) was counted in flight but
+// never looked at closed: Close gave up on it after 100 ms and returned
+// nil, and when the holder let go the write went ahead and succeeded,
+// after Close returned. Fixed: Close abandons the handle's waits. The docs say every method returns ErrClosed after Close;
 // only a write already holding a lock is said to be let finish. (And
 // Close's finish, with this handle's process-table entry, waits on another
 // process for as long as it holds the stripe.)
-func TestReviewWriteWaitingForAStripeSucceedsAfterCloseReturned(t *testing.T) {
+func TestWriteWaitingForAStripeGivesUpOnClose(t *testing.T) {
 	b, path := tempArena(t, 1<<20)
 	tb, err := OpenTypedMap[int](b, "t", WithSlots(64), WithStripes(1))
 	require.NoError(t, err)
@@ -253,14 +270,15 @@ func TestReviewWriteWaitingForAStripeSucceedsAfterCloseReturned(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed, "a Store still waiting when Close returned went ahead (value now %d)", v)
 }
 
-// Recovering a dead holder's stripe recounts, taking every stripe in order
-// and holding those it has while it waits for the next. With a live
+// Recovering a dead holder's stripe recounted, taking every stripe in
+// order and holding those it had while it waited for the next (fixed: the
+// recount never waits). With a live
 // process holding stripe 3 for long (stopped, or in a slow Update), the
 // recoverer of stripe 1 sits on stripes 0-2 meanwhile: writers of keys that
 // neither the dead nor the live process touched stall too, for as long as
 // the live one holds its stripe. README: the lock "goes to whoever takes it
 // first, which is what keeps a stopped process from stalling anyone".
-func TestReviewRecountHoldsEveryStripeWhileWaitingForALiveHolder(t *testing.T) {
+func TestRecountHoldsNoStripeWhileALiveHolderHasOne(t *testing.T) {
 	a, path := tempArena(t, 1<<20)
 	m, err := crashMap(a)
 	require.NoError(t, err)
@@ -302,9 +320,9 @@ func TestReviewRecountHoldsEveryStripeWhileWaitingForALiveHolder(t *testing.T) {
 // OpenFile(os.NewFile(3, "")) in the worker): the creator is killed while
 // carving a region, holding the carve flock on the memfd's description,
 // which the live worker shares through its fd 3. The worker, attached and
-// alive, then hangs for good in its own Map: it waits for a flock that only
-// it keeps held.
-func TestReviewMemfdWorkerHangsCarvingAfterItsCreatorDiedCarving(t *testing.T) {
+// alive, then hung for good in its own Map: it waited for a flock that only
+// it kept held. Fixed as the first test here.
+func TestMemfdWorkerCarvesAfterItsCreatorDiedCarving(t *testing.T) {
 	cmd := child(t, "review-memfd-parent")
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)

@@ -345,7 +345,11 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 	}
 	defer r.a.exit(0) // after the wake, so Close cannot retire under it
 	lock := r.off + rl.OffLock
-	if rlock.Acquire(b, lock, r.a.own) {
+	recovered, ok := rlock.Acquire(b, lock, r.a.own)
+	if !ok {
+		return 0, ErrClosed // Close began while this waited
+	}
+	if recovered {
 		r.repair()
 	}
 	s := mem.Load64(b, r.off+rl.OffNext)

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
@@ -73,10 +74,11 @@ func Split(tok uint64) (i int, gen uint64) {
 // A Handle is one attached arena handle's entry and the description that
 // holds the entry's lock. Its methods are safe for concurrent use.
 type Handle struct {
-	b     []byte
-	fd    int
-	index int
-	tok   uint64
+	b         []byte
+	fd        int
+	index     int
+	tok       uint64
+	abandoned atomic.Bool
 }
 
 // Register takes the first entry of the table in b whose lock no live
@@ -111,6 +113,17 @@ func (h *Handle) Token() uint64 { return h.tok }
 
 // Index returns the handle's entry in the table.
 func (h *Handle) Index() int { return h.index }
+
+// Fd returns the handle's own description, for a file lock that must die
+// with this process (never one shared with a child).
+func (h *Handle) Fd() int { return h.fd }
+
+// Abandon tells every wait for a lock on this handle's behalf to give up
+// (the arena is closing); Abandoned reports whether it was called.
+func (h *Handle) Abandon() { h.abandoned.Store(true) }
+
+// Abandoned reports whether Abandon was called.
+func (h *Handle) Abandoned() bool { return h.abandoned.Load() }
 
 // Alive reports whether the handle that tok names is still attached: false
 // only with proof that it is not (see the package comment). An error from
@@ -213,7 +226,7 @@ func Reopen(fd int, path string) (int, error) {
 	if err := unix.Fstat(fd, &want); err != nil {
 		return -1, err
 	}
-	self := "/proc/self/fd/" + strconv.Itoa(fd)
+	self := procSelfFd + strconv.Itoa(fd)
 	// Not O_NOFOLLOW here: the magic link is the file itself.
 	nfd, err := unix.Open(self, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err == nil {
@@ -229,6 +242,10 @@ func Reopen(fd int, path string) (int, error) {
 	}
 	return -1, errors.Join(errs...)
 }
+
+// procSelfFd is where this process's descriptors appear; a variable so a
+// test can take /proc away.
+var procSelfFd = "/proc/self/fd/"
 
 func sameFile(nfd int, want unix.Stat_t, name string) (int, error) {
 	var got unix.Stat_t

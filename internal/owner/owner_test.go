@@ -150,6 +150,21 @@ func TestReopen(t *testing.T) {
 	nfd, err := Reopen(fd, path)
 	require.NoError(t, err)
 	unix.Close(nfd)
+
+	// Without /proc: the path, checked; or an error naming both.
+	defer func(p string) { procSelfFd = p }(procSelfFd)
+	procSelfFd = "/nonexistent/fd/"
+	_, err = Reopen(fd, path)
+	require.ErrorContains(t, err, "replaced")
+	nfd, err = Reopen(fd, path+".old")
+	require.NoError(t, err, "reopened by its path")
+	var a, c unix.Stat_t
+	require.NoError(t, unix.Fstat(fd, &a))
+	require.NoError(t, unix.Fstat(nfd, &c))
+	require.Equal(t, a.Ino, c.Ino)
+	unix.Close(nfd)
+	_, err = Reopen(fd, "")
+	require.ErrorContains(t, err, "/nonexistent/fd/")
 }
 
 func TestBootID(t *testing.T) {

@@ -54,28 +54,34 @@ var (
 )
 
 // Acquire takes the lock at off for h, waiting as long as the owner is
-// alive. It returns true when it took the lock over from a dead owner: the
-// caller then holds the lock and must repair what that owner left.
-func Acquire(b []byte, off int, h *owner.Handle) (recovered bool) {
+// alive, and reports ok. recovered is true when it took the lock over from
+// a dead owner: the caller then holds the lock and must repair what that
+// owner left. ok is false, and the lock not taken, when h was abandoned
+// (its arena is closing) while it waited; a parked waiter notices within
+// CheckEvery.
+func Acquire(b []byte, off int, h *owner.Handle) (recovered, ok bool) {
 	if mem.CAS64(b, off, 0, h.Token()) {
-		return false
+		return false, true
 	}
 	return acquireSlow(b, off, h)
 }
 
-func acquireSlow(b []byte, off int, h *owner.Handle) bool {
+func acquireSlow(b []byte, off int, h *owner.Handle) (recovered, ok bool) {
 	self := h.Token()
 	var start, nextCheck time.Time
 	for i := 0; ; i++ {
 		cur := mem.Load64(b, off)
 		if cur == 0 {
 			if mem.CAS64(b, off, 0, self) {
-				return false
+				return false, true
 			}
 			continue
 		}
 		if i < spinLoads {
 			continue
+		}
+		if h.Abandoned() {
+			return false, false
 		}
 		now := time.Now()
 		if start.IsZero() {
@@ -84,7 +90,7 @@ func acquireSlow(b []byte, off int, h *owner.Handle) bool {
 		if !now.Before(nextCheck) {
 			nextCheck = now.Add(CheckEvery)
 			if TakeOver(b, off, cur, h) {
-				return true
+				return true, true
 			}
 		}
 		// Yield before parking: a futex sleep and wake cost microseconds

@@ -35,6 +35,14 @@ func table(t testing.TB) ([]byte, func() *owner.Handle) {
 	}
 }
 
+// requireTaken requires Acquire to take the lock for h, reporting recovered.
+func requireTaken(t *testing.T, b []byte, h *owner.Handle, recovered bool) {
+	t.Helper()
+	rec, ok := Acquire(b, lockAt, h)
+	require.True(t, ok)
+	require.Equal(t, recovered, rec)
+}
+
 // lockAt is where the tests put their lock word: past the header, so the
 // futex word beside it is free.
 const lockAt = layout.HeaderSize
@@ -42,7 +50,7 @@ const lockAt = layout.HeaderSize
 func TestAcquireRelease(t *testing.T) {
 	b, register := table(t)
 	h, other := register(), register()
-	require.False(t, Acquire(b, lockAt, h))
+	requireTaken(t, b, h, false)
 	require.Equal(t, h.Token(), Owner(b, lockAt))
 	ok, _ := TryAcquire(b, lockAt, other)
 	require.False(t, ok, "held by a live handle")
@@ -91,7 +99,7 @@ func TestTakeOverClosedHandle(t *testing.T) {
 	mem.Store64(b, lockAt, dead.Token())
 	require.NoError(t, dead.Close())
 	start := time.Now()
-	require.True(t, Acquire(b, lockAt, h), "reports the takeover")
+	requireTaken(t, b, h, true)
 	require.Less(t, time.Since(start), time.Second)
 	require.Equal(t, h.Token(), Owner(b, lockAt))
 	require.False(t, Release(b, lockAt, dead.Token()), "the dead owner's late release fails")
@@ -108,9 +116,9 @@ func TestTakeOverClosedHandle(t *testing.T) {
 func TestWaitsForLiveOwner(t *testing.T) {
 	b, register := table(t)
 	h, holder := register(), register()
-	require.False(t, Acquire(b, lockAt, holder))
+	requireTaken(t, b, holder, false)
 	done := make(chan bool)
-	go func() { done <- Acquire(b, lockAt, h) }()
+	go func() { recovered, _ := Acquire(b, lockAt, h); done <- recovered }()
 	select {
 	case <-done:
 		t.Fatal("took a lock from a live handle")
@@ -133,7 +141,7 @@ func TestParkedWaiterIsWoken(t *testing.T) {
 	CheckAfter, CheckEvery = time.Minute, time.Minute
 	b, register := table(t)
 	h, holder := register(), register()
-	require.False(t, Acquire(b, lockAt, holder))
+	requireTaken(t, b, holder, false)
 	done := make(chan struct{})
 	go func() { Acquire(b, lockAt, h); close(done) }()
 	// Wait until the waiter has announced itself asleep.
@@ -147,6 +155,25 @@ func TestParkedWaiterIsWoken(t *testing.T) {
 		t.Fatal("the parked waiter was not woken by the release")
 	}
 	require.Zero(t, mem.Load32(b, lockAt+FutexOff)&waitersBit, "the release cleared the waiters bit")
+}
+
+// A waiter whose handle is abandoned (its arena closing) gives up without
+// the lock, within a check period even when parked.
+func TestAbandonedWaiterGivesUp(t *testing.T) {
+	b, register := table(t)
+	h, holder := register(), register()
+	requireTaken(t, b, holder, false)
+	done := make(chan bool)
+	go func() { _, ok := Acquire(b, lockAt, h); done <- ok }()
+	time.Sleep(2 * CheckAfter) // parked by now
+	h.Abandon()
+	select {
+	case ok := <-done:
+		require.False(t, ok, "took the lock after its handle was abandoned")
+	case <-time.After(time.Second):
+		t.Fatal("an abandoned waiter kept waiting")
+	}
+	require.Equal(t, holder.Token(), Owner(b, lockAt))
 }
 
 // BenchmarkFairness pits eight goroutines of one handle against one
