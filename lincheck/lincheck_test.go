@@ -95,7 +95,7 @@ func runRounds(t *testing.T, cfg roundConfig, n int, stopAtFailure bool) *summar
 		s.busyReads += h.busyReads
 		s.kills += rd.kills
 		s.nsWorkers += rd.nsWorkers
-		s.incarnations += rd.incarnation
+		s.incarnations += rd.incarnations
 
 		failed := len(s.failures)
 		fail := func(format string, args ...any) {

@@ -135,7 +135,7 @@ func sameOut(op string, want, got mapOut) bool {
 // key (an overwrite; a counter pinned for a compare), the key absent,
 // which is how a recoverer leaves a slot its dead writer had begun
 // ("never a mix of old and new"). Reads change nothing, so they never get
-// here (see history.go: a dead read is dropped).
+// here (readLog drops a read whose worker died).
 func crashed(s keyState, in mapIn) []keyState {
 	_, done := apply(s, in)
 	out := []keyState{s, done}

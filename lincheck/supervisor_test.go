@@ -31,12 +31,12 @@ type roundConfig struct {
 
 // A round is what a round did.
 type round struct {
-	logs        []string // one per client: worker incarnations, then the supervisor's reads
-	kills       int
-	nsWorkers   int // incarnations started in a PID namespace
-	incarnation int
-	lapped      uint64
-	abandoned   uint64
+	logs         []string // one per client: worker incarnations, then the supervisor's reads
+	kills        int
+	nsWorkers    int // incarnations started in a PID namespace
+	incarnations int
+	lapped       uint64
+	abandoned    uint64
 }
 
 // nsWrap is how a worker is started in a PID namespace of its own, with
@@ -97,7 +97,7 @@ func runRound(cfg roundConfig, dir string, seed uint64) (*round, error) {
 		}
 		go func() { inc.done <- inc.cmd.Wait() }()
 		slots[slot] = inc
-		rd.incarnation++
+		rd.incarnations++
 		return nil
 	}
 	var errs []error
@@ -120,11 +120,12 @@ func runRound(cfg roundConfig, dir string, seed uint64) (*round, error) {
 		time.Sleep(time.Until(begin.Add(d)))
 		slot := rng.IntN(len(slots))
 		inc := slots[slot]
-		if err := syscall.Kill(-inc.cmd.Process.Pid, syscall.SIGKILL); err != nil {
-			errs = append(errs, fmt.Errorf("kill worker group %d: %w", inc.cmd.Process.Pid, err))
+		kerr := syscall.Kill(-inc.cmd.Process.Pid, syscall.SIGKILL)
+		werr := <-inc.done
+		if kerr != nil { // it had ended: say how
+			errs = append(errs, fmt.Errorf("worker %v ended before the round did (%v): %v\n%s", inc.cmd.Args, kerr, werr, inc.out.String()))
 			break
 		}
-		<-inc.done
 		inc.killed = true
 		rd.kills++
 		if mono() < deadline-(200*time.Millisecond).Nanoseconds() {
