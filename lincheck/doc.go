@@ -13,5 +13,8 @@
 // It is a module of its own so that the core keeps its dependencies.
 // go test runs a short check (about 30 s: three rounds with kills, and a
 // build with a guarantee broken on purpose that the checker must catch);
-// go test . -args -long runs for minutes.
+// go test . -args -long runs for minutes (-round, -rounds and -kills set
+// the shape). A failure writes porcupine's HTML visualization of the
+// offending history, and keeps the round's logs, under $LINCHECK_OUT or a
+// new directory in the system's temporary directory, and names both.
 package lincheck

@@ -71,9 +71,8 @@ type summary struct {
 
 // runRounds runs up to n rounds with cfg, checking each one's history as
 // it ends; with stopAtFailure it stops at the first failure.
-func runRounds(t *testing.T, cfg roundConfig, n int, stopAtFailure bool) *summary {
+func runRounds(t *testing.T, cfg roundConfig, n int, stopAtFailure bool, out string) *summary {
 	s := &summary{}
-	out := outDir()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d; %d rounds of %v, %d workers (half in PID namespaces: %t), %d kills a round", seed, n, cfg.dur, cfg.workers, cfg.ns, cfg.kills)
 	base := t.TempDir()
@@ -163,7 +162,7 @@ func (s *summary) report(t *testing.T) {
 // and requires every one to be linearizable.
 func TestLinearizable(t *testing.T) {
 	cfg, rounds := config(t, os.Args[0])
-	s := runRounds(t, cfg, rounds, false)
+	s := runRounds(t, cfg, rounds, false, outDir())
 	s.report(t)
 	for _, f := range s.failures {
 		t.Error(f)
@@ -189,7 +188,13 @@ func TestBrokenBuildIsCaught(t *testing.T) {
 	t.Logf("built the broken workers in %v", time.Since(start).Round(time.Millisecond))
 	cfg, _ := config(t, bin)
 	const rounds = 3
-	s := runRounds(t, cfg, rounds, true)
+	// The failure is expected: its visualization and logs go where the
+	// test cleans up, unless $LINCHECK_OUT asks to keep them.
+	dest := filepath.Join(t.TempDir(), "out")
+	if os.Getenv("LINCHECK_OUT") != "" {
+		dest = outDir()
+	}
+	s := runRounds(t, cfg, rounds, true, dest)
 	s.report(t)
 	require.NotEmpty(t, s.failures, "a CompareAndSwap that compares outside the stripe lock went unnoticed for %d rounds", s.rounds)
 	t.Logf("caught %v after the first round began (round %d of at most %d): %s", s.firstFailure.Round(time.Millisecond), s.rounds, rounds, strings.Join(s.failures, "; "))
