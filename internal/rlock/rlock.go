@@ -45,10 +45,14 @@ const spinLoads = 64
 // Tunables, variables so tests can shorten them.
 var (
 	// CheckAfter is how long a waiter waits before it first asks whether
-	// the owner is alive; CheckEvery is how often it asks again. Asking is
-	// one fcntl system call, and only waiters ask.
-	CheckAfter = 5 * time.Millisecond
-	CheckEvery = 20 * time.Millisecond
+	// the owner is alive; CheckEvery is how often it asks again, and the
+	// longest a parked waiter sleeps. Asking is one fcntl system call
+	// (about a microsecond), and only waiters ask. A killed process's lock
+	// is released when the kernel has closed its files, which can come a
+	// few milliseconds after the kill on a loaded machine: a short period
+	// keeps the takeover close behind it.
+	CheckAfter = 2 * time.Millisecond
+	CheckEvery = 5 * time.Millisecond
 	// SpinFor is how long a waiter yields before it parks on the futex.
 	SpinFor = 50 * time.Microsecond
 )
