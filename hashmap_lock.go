@@ -108,7 +108,8 @@ func (m *Map) repairStripe(s uint64) {
 // again. Waiting there would make a reader that met a dead writer's slot,
 // and every writer of the stripes already taken, wait for that live
 // holder. Until then Len and Stats may be off by the dead writer's one
-// operation.
+// operation, and each unlock pays up to one try per stripe (a rare state:
+// a recovery while another stripe is held for long).
 func (m *Map) recount() {
 	mem.Store64(m.mem, m.base+mhRecountDue, 1)
 	taken := uint64(0)
