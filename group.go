@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shmarena/shmarena/internal/mem"
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
@@ -32,10 +33,19 @@ import (
 type Group struct {
 	r     *Ring
 	goff  int // offset of the group's table entry in the mapping
+	gen   uint64
 	name  string
 	topic string
 	mine  *atomic.Uint64
 	last  atomic.Pointer[string] // the last topic claimed, reused to save an allocation
+
+	// Acking groups (see group_ack.go).
+	ack, protected bool
+	lease          time.Duration
+	maxDeliv       uint32
+	dead           string
+	table          int // offset of the pending table in the mapping
+	alive          aliveCache
 
 	hmu sync.Mutex
 	hw  holeWatch
@@ -63,6 +73,27 @@ type GroupStats struct {
 	// any of its handles: comparing it with Delivered shows how the work is
 	// spread.
 	Mine uint64
+	// Lag is how many records the group has not yet looked at: the ring's
+	// head minus Position. A Lag that grows while Pending stays put is a
+	// group nobody reads (see Ring.DropGroup).
+	Lag uint64
+	// The rest are for acking groups (WithAck) and zero otherwise.
+	//
+	// Pending counts records delivered and not yet finished (acked or
+	// dead-lettered): leased, or given back and waiting for redelivery.
+	Pending int
+	// Floor is the oldest record not finished (Position when none is
+	// pending); a protected group keeps the ring from overwriting it.
+	Floor uint64
+	// OldestPending is how long ago the oldest pending record was first
+	// delivered (0 with none pending): a lease that keeps being extended
+	// or redelivered shows here.
+	OldestPending time.Duration
+	// Redelivered counts deliveries after the first: leases taken again
+	// after they ran out or their member died, and Nacked records.
+	Redelivered uint64
+	// DeadLettered counts records given up after WithMaxDeliveries.
+	DeadLettered uint64
 }
 
 // mineCounts holds each process-local Mine counter, keyed by arena handle
@@ -115,6 +146,9 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	if len(cfg.topic) > rl.MaxGroupTopic {
 		return nil, fmt.Errorf("shmarena: ring %s: group %s: %w: topic is %d bytes, at most %d", quote(r.name), quote(name), ErrInvalid, len(cfg.topic), rl.MaxGroupTopic)
 	}
+	if err := r.checkAckConfig(cfg); err != nil {
+		return nil, fmt.Errorf("shmarena: ring %s: group %s: %w", quote(r.name), quote(name), err)
+	}
 	b := r.b
 	if !r.a.enter(0) {
 		return nil, ErrClosed
@@ -122,13 +156,7 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	defer r.a.exit(0)
 	lock := r.off + rl.OffGroupLock
 	if rlock.Acquire(b, lock, r.a.own) {
-		// The previous holder died: drop any entry it left half-made.
-		for i := 0; i < rl.Groups; i++ {
-			g := r.off + rl.GroupOff(i)
-			if mem.Load64(b, g+rl.GState) == rl.GroupCreating {
-				mem.Store64(b, g+rl.GState, rl.GroupFree)
-			}
-		}
+		r.dropHalfMade() // the previous holder died
 	}
 	goff, err := r.findOrCreateGroup(name, cfg)
 	if !rlock.Release(b, lock, r.a.self) && err == nil {
@@ -138,7 +166,13 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 		return nil, err
 	}
 	m, _ := mineCounts.LoadOrStore(groupKey{r.a, goff}, new(atomic.Uint64))
-	return &Group{r: r, goff: goff, name: name, topic: cfg.topic, mine: m.(*atomic.Uint64)}, nil
+	idx := (goff - r.off - rl.OffGroups) / rl.GroupSize
+	return &Group{
+		r: r, goff: goff, gen: mem.Load64(b, goff+rl.GGen), name: name, topic: cfg.topic, mine: m.(*atomic.Uint64),
+		ack: cfg.lease > 0, protected: cfg.lease > 0 || cfg.backpressure, lease: cfg.lease,
+		maxDeliv: uint32(cfg.maxDeliv), dead: cfg.dead,
+		table: r.tables + idx*int(r.inFlight)*rl.PendSize,
+	}, nil
 }
 
 // findOrCreateGroup runs with the group-table lock held.
@@ -169,14 +203,21 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 		if have != cfg.topic {
 			return 0, fmt.Errorf("shmarena: ring %s: group %s: %w: it is bound to topic %s, asked for %s", quote(r.name), quote(name), ErrShape, quote(have), quote(cfg.topic))
 		}
+		if err := r.sameAckConfig(g, cfg); err != nil {
+			return 0, fmt.Errorf("shmarena: ring %s: group %s: %w", quote(r.name), quote(name), err)
+		}
 		return g, nil
 	}
 	if free < 0 {
 		return 0, fmt.Errorf("shmarena: ring %s: group %s: %w: all %d entries are in use", quote(r.name), quote(name), ErrTooManyGroups, rl.Groups)
 	}
 	g := free
+	gen := mem.Load64(b, g+rl.GGen)
 	mem.Store64(b, g+rl.GState, rl.GroupCreating)
-	mem.Zero(b, g+rl.GPosition, rl.GroupSize-rl.GPosition)
+	// The lock words stay: a member of a dropped group that held this
+	// entry's lock releases it by compare-and-swap (or it is taken over).
+	mem.Zero(b, g+rl.GPosition, rl.GLock-rl.GPosition)
+	mem.Store64(b, g+rl.GGen, gen+1)
 	mem.Store32(b, g+rl.GNameLen, uint32(len(name)))
 	mem.Store32(b, g+rl.GTopicLen, uint32(len(cfg.topic)))
 	mem.Write(b, g+rl.GName, name)
@@ -187,7 +228,18 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 		pos = r.oldest(next)
 	}
 	mem.Store64(b, g+rl.GPosition, pos)
+	r.initAck(g, cfg, pos)
 	mem.Store64(b, g+rl.GState, rl.GroupReady)
+	bit := uint64(1) << ((g - r.off - rl.OffGroups) / rl.GroupSize)
+	want := uint64(0)
+	if cfg.lease > 0 || cfg.backpressure {
+		want = bit
+		if pos < mem.Load64(b, r.off+rl.OffFloor) {
+			mem.Store64(b, r.off+rl.OffFloor, pos)
+		}
+	}
+	for m := mem.Load64(b, r.off+rl.OffProtected); m&bit != want && !mem.CAS64(b, r.off+rl.OffProtected, m, m&^bit|want); m = mem.Load64(b, r.off+rl.OffProtected) {
+	}
 	return g, nil
 }
 
@@ -242,7 +294,13 @@ func (g *Group) Claim(max int) []Record {
 	if r.closed() {
 		return nil
 	}
+	if g.ack {
+		return g.claimAck(max)
+	}
 	b := r.b
+	if mem.Load64(b, g.goff+rl.GGen) != g.gen || mem.Load64(b, g.goff+rl.GState) != rl.GroupReady {
+		return nil // dropped
+	}
 	po := g.goff + rl.GPosition
 	limit := mem.Load64(b, r.off+rl.OffNext)
 	var out []Record
@@ -314,6 +372,9 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 		buf.chunk = mark
 		return out[:have]
 	}
+	if g.protected {
+		r.roomFreed()
+	}
 	for res, field := range [...]int{readOK: rl.GDelivered, readLapped: rl.GLapped, readAbandoned: rl.GAbandoned, readSkipped: rl.GSkipped} {
 		if tally[res] != 0 {
 			mem.Add64(b, g.goff+field, tally[res])
@@ -339,10 +400,28 @@ func (g *Group) checkHole() bool {
 // nil at once when the group's position is behind the ring's head. It
 // sleeps on a futex shared with producers, waking at least every 100 ms to
 // notice a producer that died mid-publish.
+//
+// For an acking group a record is claimable when the pending table has
+// room for it, or when a lease is due for redelivery (ran out, its member
+// died, or it was Nacked and its delay passed); a due lease is noticed
+// within the 100 ms backstop.
 func (g *Group) Wait(ctx context.Context) error {
 	r := g.r
 	return r.wait(ctx, func() bool {
-		if mem.Load64(r.b, g.goff+rl.GPosition) < mem.Load64(r.b, r.off+rl.OffNext) {
+		if !g.current() {
+			return true // dropped: Claim returns nothing, at once
+		}
+		pos, next := mem.Load64(r.b, g.goff+rl.GPosition), mem.Load64(r.b, r.off+rl.OffNext)
+		if g.ack {
+			if floor := mem.Load64(r.b, g.goff+rl.GFloor); floor <= pos && pos < next && pos < floor+r.inFlight {
+				return true
+			}
+			if g.due() {
+				return true
+			}
+			next = pos // the window is full: only a hole repair is news
+		}
+		if pos < next {
 			return true
 		}
 		return g.checkHole()
@@ -384,7 +463,10 @@ func (g *Group) Stats() GroupStats {
 	}
 	defer runtime.KeepAlive(g)
 	b := r.b
-	return GroupStats{
+	if !g.current() {
+		return GroupStats{Name: g.name, Topic: g.topic, Mine: g.mine.Load()}
+	}
+	st := GroupStats{
 		Name:      g.name,
 		Topic:     g.topic,
 		Position:  mem.Load64(b, g.goff+rl.GPosition),
@@ -394,4 +476,20 @@ func (g *Group) Stats() GroupStats {
 		Abandoned: mem.Load64(b, g.goff+rl.GAbandoned),
 		Mine:      g.mine.Load(),
 	}
+	if head := mem.Load64(b, r.off+rl.OffNext); head > st.Position {
+		st.Lag = head - st.Position
+	}
+	if g.ack {
+		st.Redelivered = mem.Load64(b, g.goff+rl.GRedelivered)
+		st.DeadLettered = mem.Load64(b, g.goff+rl.GDeadLettered)
+		st.Pending, st.Floor, st.OldestPending = g.pending()
+	}
+	return st
+}
+
+// current reports whether the group's entry is still the one this handle
+// joined (not dropped, nor dropped and made again).
+func (g *Group) current() bool {
+	b := g.r.b
+	return mem.Load64(b, g.goff+rl.GState) == rl.GroupReady && mem.Load64(b, g.goff+rl.GGen) == g.gen
 }
