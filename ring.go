@@ -449,7 +449,7 @@ func (r *Ring) publish(topic string, payload []byte, ex int, allow uint64) (uint
 		}
 		return 0, fmt.Errorf("shmarena: ring %q: %w: next sequence %d", r.name, ErrCorrupt, s)
 	}
-	if !r.room(s, ex, allow) {
+	if mem.Load64(b, r.off+rl.OffProtected) != 0 && !r.room(s, ex, allow) {
 		crashPoint("publish-full")
 		if !rlock.Release(b, lock, r.a.self) {
 			return 0, r.errLockLost()
