@@ -1,0 +1,302 @@
+package shmarena
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// At-least-once work queue across processes: 3 producers publish with
+// PublishWait, 3 consumers claim, record and ack. Each consumer appends the
+// jobs it processed to its own file, one write per batch before the ack,
+// so the parent can count every processing, duplicates included.
+
+const (
+	aqProducers = 3
+	aqConsumers = 3
+)
+
+var aqRingShape = []RegionOption{WithSlots(1024), WithSlotSize(64)}
+
+func aqGroup(r *Ring) (*Group, error) {
+	return r.Group("workers", WithTopic("jobs"), WithAck(30*time.Second))
+}
+
+func aqOpen(path string) (*Arena, *Ring, *Group, *Map, error) {
+	a, err := Open(path)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	r, err := a.Ring("work", aqRingShape...)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	g, err := aqGroup(r)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	m, err := a.Map("ctl", WithSlots(64), WithSlotSize(64))
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return a, r, g, m, nil
+}
+
+// aqProducerRole publishes jobs id<<32|n for n in [0, count).
+func aqProducerRole(path, arg string) error {
+	id, count, _ := strings.Cut(arg, ":")
+	p, _ := strconv.ParseUint(id, 10, 32)
+	n, _ := strconv.Atoi(count)
+	a, r, _, _, err := aqOpen(path)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var buf [8]byte
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint64(buf[:], p<<32|uint64(i))
+		if _, err := r.PublishWait(ctx, "jobs", buf[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// aqConsumerRole claims batches, appends their jobs to file out, acks them,
+// and stops when the parent sets "stop" and nothing is left. With hold > 0
+// it stops working after hold batches: it claims one more, records it,
+// prints "HOLDING n" and sleeps, leases held, until the parent kills it.
+func aqConsumerRole(path, arg string) error {
+	out, holdS, _ := strings.Cut(arg, ":")
+	hold, _ := strconv.Atoi(holdS)
+	a, _, g, m, err := aqOpen(path)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	deadline := time.Now().Add(2 * time.Minute)
+	batches := 0
+	var buf []byte
+	for time.Now().Before(deadline) {
+		recs := g.Claim(16)
+		if len(recs) == 0 {
+			if n, _ := m.Counter("stop"); n > 0 {
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+			_ = g.Wait(ctx)
+			cancel()
+			continue
+		}
+		buf = buf[:0]
+		for _, rec := range recs {
+			buf = append(buf, rec.Payload...)
+		}
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+		batches++
+		if hold > 0 && batches > hold {
+			fmt.Printf("HOLDING %d\n", len(recs))
+			for {
+				time.Sleep(time.Hour)
+			}
+		}
+		if err := g.Ack(recs...); err != nil {
+			return err
+		}
+	}
+	return errors.New("no stop before the deadline")
+}
+
+func aqStart(t *testing.T, role, path, arg string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), envRole+"="+role, envPath+"="+path, envArg+"="+arg)
+	cmd.Stderr = os.Stderr
+	t.Cleanup(func() {
+		if cmd.Process != nil && cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd
+}
+
+// runAckQueue runs the 3 x 3 queue; kills says how many times to kill a
+// consumer holding a batch (and start another). It returns how many times
+// each job was processed, the leases the killed consumers held, and the
+// stats.
+func runAckQueue(t *testing.T, jobs, kills int) (counts []uint8, held int, rs RingStats, gs GroupStats) {
+	a, path := openTestArena(t, 4<<20)
+	r, err := a.Ring("work", aqRingShape...)
+	require.NoError(t, err)
+	g, err := aqGroup(r) // before any publish: it starts at record 1
+	require.NoError(t, err)
+	m, err := a.Map("ctl", WithSlots(64), WithSlotSize(64))
+	require.NoError(t, err)
+	dir := t.TempDir()
+
+	per := jobs / aqProducers
+	var prods []*exec.Cmd
+	for i := 0; i < aqProducers; i++ {
+		c := aqStart(t, "aq-producer", path, fmt.Sprintf("%d:%d", i, per))
+		require.NoError(t, c.Start())
+		prods = append(prods, c)
+	}
+	// Let the producers fill the ring before any consumer starts, so the
+	// run has to wait for room; Publish refuses meanwhile.
+	for deadline := time.Now().Add(30 * time.Second); r.Stats().Waited == 0; {
+		require.True(t, time.Now().Before(deadline), "no producer waited for room")
+		time.Sleep(time.Millisecond)
+	}
+	_, err = r.Publish("jobs", nil)
+	require.ErrorIs(t, err, ErrRingFull)
+	assert.Equal(t, uint64(1), r.Stats().Full)
+
+	var files []string
+	start := func(hold int) *exec.Cmd {
+		f := filepath.Join(dir, "c"+strconv.Itoa(len(files)))
+		files = append(files, f)
+		c := aqStart(t, "aq-consumer", path, f+":"+strconv.Itoa(hold))
+		return c
+	}
+	var cons []*exec.Cmd
+	for i := 0; i < aqConsumers; i++ {
+		hold := 0
+		if i == 0 && kills > 0 {
+			hold = 200
+		}
+		c := start(hold)
+		if hold > 0 {
+			cons = append(cons, nil) // replaced below
+			for k := 0; k < kills; k++ {
+				n := holdAndKill(t, c)
+				held += n
+				if k+1 < kills {
+					c = start(200)
+				}
+			}
+			c = start(0)
+			require.NoError(t, c.Start())
+			cons[0] = c
+			continue
+		}
+		require.NoError(t, c.Start())
+		cons = append(cons, c)
+	}
+	for _, c := range prods {
+		require.NoError(t, c.Wait(), "producer")
+	}
+	for deadline := time.Now().Add(time.Minute); ; {
+		st := g.Stats()
+		if st.Floor == r.Head() && st.Pending == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "jobs still unfinished: %+v, head %d", st, r.Head())
+		time.Sleep(time.Millisecond)
+	}
+	_, err = m.Add("stop", 1)
+	require.NoError(t, err)
+	for _, c := range cons {
+		require.NoError(t, c.Wait(), "consumer")
+	}
+	counts = make([]uint8, jobs)
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.Zero(t, len(data)%8)
+		for i := 0; i < len(data); i += 8 {
+			v := binary.LittleEndian.Uint64(data[i:])
+			p, n := int(v>>32), int(uint32(v))
+			require.True(t, p < aqProducers && n < per, "job %d/%d", p, n)
+			counts[p*per+n]++
+		}
+	}
+	return counts, held, r.Stats(), g.Stats()
+}
+
+// holdAndKill starts a consumer that will hold a batch, waits until it
+// does, SIGKILLs it and returns the size of the batch it held.
+func holdAndKill(t *testing.T, c *exec.Cmd) int {
+	t.Helper()
+	out, err := c.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, c.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "consumer ended before holding a batch")
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "HOLDING ")))
+	require.NoError(t, err, "line %q", line)
+	require.NoError(t, c.Process.Signal(syscall.SIGKILL))
+	_ = c.Wait()
+	ws, ok := c.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, ok && ws.Signaled(), "consumer status %v", c.ProcessState)
+	return n
+}
+
+func aqJobs() int {
+	if testing.Short() || raceSlowdown > 1 {
+		return 30_000
+	}
+	return 300_000
+}
+
+func TestAckQueueExactlyOnceWithoutFailures(t *testing.T) {
+	asChild(map[string]func(string, string) error{"aq-producer": aqProducerRole, "aq-consumer": aqConsumerRole})
+	jobs := aqJobs()
+	t0 := time.Now()
+	counts, _, rs, gs := runAckQueue(t, jobs, 0)
+	t.Logf("%d jobs in %v; ring %+v; group %+v", jobs, time.Since(t0), rs, gs)
+	for i, c := range counts {
+		if c != 1 {
+			t.Fatalf("job %d/%d processed %d times", i/(jobs/aqProducers), i%(jobs/aqProducers), c)
+		}
+	}
+	assert.Zero(t, gs.Lapped, "nothing lapped")
+	assert.Zero(t, gs.Redelivered)
+	assert.Zero(t, gs.DeadLettered)
+	assert.Equal(t, uint64(jobs), gs.Delivered)
+	assert.Equal(t, uint64(jobs), rs.Published)
+	assert.Positive(t, rs.Waited, "PublishWait waits are counted")
+}
+
+func TestAckQueueConsumerKilledTwice(t *testing.T) {
+	asChild(map[string]func(string, string) error{"aq-producer": aqProducerRole, "aq-consumer": aqConsumerRole})
+	jobs := aqJobs()
+	t0 := time.Now()
+	counts, held, rs, gs := runAckQueue(t, jobs, 2)
+	t.Logf("%d jobs in %v; %d leases held by killed consumers; ring %+v; group %+v", jobs, time.Since(t0), held, rs, gs)
+	dups := 0
+	for i, c := range counts {
+		if c == 0 {
+			t.Fatalf("job %d/%d lost", i/(jobs/aqProducers), i%(jobs/aqProducers))
+		}
+		dups += int(c) - 1
+	}
+	require.Positive(t, held)
+	assert.Equal(t, held, dups, "duplicates are exactly the leases reclaimed from the killed consumer")
+	assert.Equal(t, uint64(held), gs.Redelivered, "and the group counted them")
+	assert.Zero(t, gs.Lapped, "nothing lapped")
+	assert.Zero(t, gs.DeadLettered, "nothing dead-lettered")
+	assert.Equal(t, uint64(jobs), gs.Delivered)
+}
