@@ -166,4 +166,3 @@ func TestAckCrashPoints(t *testing.T) {
 		})
 	}
 }
-

@@ -222,7 +222,7 @@ func TestAckOrphanedLeaseReclaimedAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, g2.Claim(2), 2)
 	require.Equal(t, []uint64{3}, seqs(g.Claim(0)), "the other member is alive: its leases stay")
-	require.NoError(t, a2.Close()) // the member leaves holding two leases
+	require.NoError(t, a2.Close())          // the member leaves holding two leases
 	time.Sleep(aliveFor + time.Millisecond) // g asked about it just now: its answer is kept that long
 	got := g.Claim(0)
 	require.Equal(t, []uint64{1, 2}, seqs(got), "a dead member's leases are reclaimed before they run out")
