@@ -234,11 +234,11 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 	want := uint64(0)
 	if cfg.lease > 0 || cfg.backpressure {
 		want = bit
-		if pos < mem.Load64(b, r.off+rl.OffFloor) {
-			mem.Store64(b, r.off+rl.OffFloor, pos)
-		}
 	}
 	for m := mem.Load64(b, r.off+rl.OffProtected); m&bit != want && !mem.CAS64(b, r.off+rl.OffProtected, m, m&^bit|want); m = mem.Load64(b, r.off+rl.OffProtected) {
+	}
+	if want != 0 {
+		r.lowerFloor(pos) // after the mask bit: see room
 	}
 	return g, nil
 }

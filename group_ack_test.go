@@ -413,3 +413,22 @@ func TestAckErrorsWrapSentinels(t *testing.T) {
 	_, err = r.PublishWait(context.Background(), "t", nil)
 	require.ErrorIs(t, err, ErrClosed)
 }
+
+func TestFromStartProtectedGroupIsNotLapped(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g1, err := r.Group("a", WithBackpressure())
+	require.NoError(t, err)
+	publishN(t, r, "t", 8)
+	require.Len(t, g1.Claim(0), 8)
+	publishN(t, r, "t", 8)
+	require.Len(t, g1.Claim(0), 8)
+	publishN(t, r, "t", 1) // the producers' cached floor is now g1's, 17
+	g2, err := r.Group("b", WithBackpressure(), FromStart())
+	require.NoError(t, err)
+	require.Equal(t, uint64(10), g2.Position())
+	_, err = r.Publish("t", nil)
+	require.ErrorIs(t, err, ErrRingFull, "the new group's oldest record is protected at once")
+	assert.Equal(t, []uint64{10, 11, 12, 13, 14, 15, 16, 17}, seqs(g2.Claim(0)))
+	assert.Zero(t, g2.Stats().Lapped)
+}

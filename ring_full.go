@@ -25,8 +25,9 @@ import (
 // only by a producer that finds the slot it would overwrite at or past the
 // cache (about once per lap while consumers keep up). Floors only grow,
 // except that a new protected group starting FromStart lowers the true
-// floor: records published over it in the moment it is created count as
-// lapped for it.
+// floor: its creation lowers the cache (see room), but a record published
+// by a producer that had already passed the check counts as lapped for
+// it.
 
 // errNoRoom is publish's unwrapped refusal; Publish turns it into
 // ErrRingFull and PublishWait waits.
@@ -37,24 +38,37 @@ func (r *Ring) errFull() error {
 }
 
 // room reports whether sequence s may be published, with the publish lock
-// held (so s is the next sequence and the cache has one writer). ex >= 0
-// is the offset of a group entry dead-lettering record allow: that group's
-// floor, if it is allow, does not protect it (the record was copied).
+// held (so s is the next sequence). ex >= 0 is the offset of a group entry
+// dead-lettering record allow: that group's floor, if it is allow, does
+// not protect it (the record was copied).
+//
+// The cache is read before the mask and replaced by compare-and-swap from
+// the value read, and a group's creation sets its mask bit before it
+// lowers the cache: so a producer that computed the floor without a new
+// group's bit cannot raise the cache over that group's floor.
 func (r *Ring) room(s uint64, ex int, allow uint64) bool {
 	b := r.b
-	mask := mem.Load64(b, r.off+rl.OffProtected)
-	if mask == 0 || s <= r.slots {
+	if s <= r.slots {
 		return true
 	}
 	victim := s - r.slots
-	if victim < mem.Load64(b, r.off+rl.OffFloor) {
+	cache := mem.Load64(b, r.off+rl.OffFloor)
+	if victim < cache {
 		return true
 	}
-	f := r.floor(mask, ex, allow)
-	if ex < 0 {
-		mem.Store64(b, r.off+rl.OffFloor, f)
+	f := r.floor(mem.Load64(b, r.off+rl.OffProtected), ex, allow)
+	if ex < 0 && f != cache {
+		mem.CAS64(b, r.off+rl.OffFloor, cache, f)
 	}
 	return victim < f
+}
+
+// lowerFloor lowers the floor cache to at most f (a protected group was
+// made at f, after its mask bit was set).
+func (r *Ring) lowerFloor(f uint64) {
+	b := r.b
+	for c := mem.Load64(b, r.off+rl.OffFloor); f < c && !mem.CAS64(b, r.off+rl.OffFloor, c, f); c = mem.Load64(b, r.off+rl.OffFloor) {
+	}
 }
 
 // floor returns the lowest floor of the protected groups in mask
