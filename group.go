@@ -16,16 +16,27 @@ import (
 
 // A Group is a work queue over a ring, shared by processes: its position
 // lives in the ring's own header, so every member advances the same word
-// and each record goes to exactly one member of the group (the member
-// whose compare-and-swap moved the position past it). It is the Kafka
-// consumer group / Redis Streams XREADGROUP idea reduced to one shared
-// offset, without acknowledgements: delivery is at most once (see Claim).
+// and each record goes to one member of the group. It is the Kafka
+// consumer group / Redis Streams XREADGROUP idea.
+//
+// By default delivery is at most once: the claim itself moves the shared
+// position (the member whose compare-and-swap moved it past a record owns
+// it), nothing records who holds what, and a member that dies holding
+// records loses them; a producer faster than the pool laps the group,
+// which counts the loss (GroupStats.Lapped). WithBackpressure stops the
+// lapping: producers wait (PublishWait) or are refused (Publish,
+// ErrRingFull) instead. WithAck makes the group at least once: each claim
+// is a lease, recorded in the group's pending table until Ack; a lease
+// that runs out, or whose member died, is delivered again; Nack gives a
+// record back, Extend keeps it longer, and WithMaxDeliveries with
+// WithDeadLetter gives up on a record that keeps failing. An acking group
+// is protected too: no record it has not finished is overwritten.
 //
 // Different groups on one ring do not take records from each other: each
 // has its own position, so a record goes to one member of every group, and
 // a Cursor on the same ring still sees everything. A ring holds at most 64
-// groups; a group lasts as long as the ring (there is no delete), and a
-// handle going away is a member leaving, not the group ending.
+// groups; a group lasts until Ring.DropGroup, and a handle going away is a
+// member leaving, not the group ending.
 //
 // A Group handle is safe for concurrent use by goroutines; any number of
 // processes may be members. After the arena's Close, every method returns
@@ -124,14 +135,17 @@ func forgetGroups(a *Arena) {
 // A new group starts at the ring's head (records published from now on),
 // or with FromStart at the oldest record the ring still holds; joining an
 // existing group ignores FromStart. WithTopic binds a new group to a
-// topic; joining an existing group must ask for the topic it has.
+// topic; WithAck, WithBackpressure, WithMaxDeliveries and WithDeadLetter
+// set how it delivers. Joining an existing group must ask for the topic
+// and delivery settings it has.
 //
 // Errors: ErrInvalid for an empty name or a name or topic longer than 64
-// bytes; ErrShape when the group exists bound to another topic (the
-// message names both); ErrTooManyGroups when the ring already holds 64
-// groups; ErrCorrupt when the group table is damaged; ErrClosed after
-// Close. Creation is serialised across processes by a robust lock in the
-// ring header.
+// bytes, or delivery options that do not go together (see each); ErrShape
+// when the group exists with another topic or delivery setting (the
+// message names the field and both values); ErrTooManyGroups when the
+// ring already holds 64 groups; ErrCorrupt when the group table is
+// damaged; ErrClosed after Close. Creation is serialised across processes
+// by a robust lock in the ring header.
 func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	if r.closed() {
 		return nil, ErrClosed
@@ -279,14 +293,24 @@ func (g *Group) Position() uint64 {
 // overwritten records count as lapped, holes and damaged slots as
 // abandoned.
 //
-// Delivery is at most once. The claim itself moves the shared position,
-// and nothing records which member holds which record: if a member dies,
-// or drops the slice, between Claim and finishing its work, those records
-// are lost for good and no other member will get them. Claiming fewer at a
-// time (max 1, as Records does) loses less. If that loss is not
-// acceptable, this is the wrong structure: use a queue with
-// acknowledgements (Kafka commits after processing, Redis Streams keeps a
-// pending list).
+// In an at-most-once group (the default) the claim itself moves the
+// shared position, and nothing records which member holds which record:
+// if a member dies, or drops the slice, between Claim and finishing its
+// work, those records are lost for good. Claiming fewer at a time (max 1,
+// as Records does) loses less; WithAck loses nothing.
+//
+// In an acking group (WithAck) each record returned is leased to this
+// member (Record.Deliveries says how many times it was delivered): Claim
+// first takes again, oldest first, records whose lease ran out, whose
+// member's handle is gone (asked of the kernel, the answer kept 2 ms),
+// or that were Nacked and are due, dead-lettering those at their
+// WithMaxDeliveries limit; then new records. The group's pending table
+// holds WithMaxInFlight records between the oldest unfinished one and the
+// newest delivered: a Claim that would go past it returns fewer records
+// (none while the oldest is unfinished), never an error. Claims of an
+// acking group are serialised by the group's robust lock, and look at
+// every pending entry, so one costs O(pending) loads. A dropped group's
+// handle claims nothing.
 //
 // Safe for concurrent use by goroutines and processes.
 func (g *Group) Claim(max int) []Record {
@@ -434,6 +458,11 @@ func (g *Group) Wait(ctx context.Context) error {
 // claimed record behind; the delivery rules are those of Claim. ctx is
 // checked before every claim: with a ctx already done it yields nothing,
 // and once ctx ends it claims no more, even while records keep coming.
+//
+// Records acks nothing: in an acking group the loop body must finish each
+// record itself, with Ack when the work is done, Nack to have it retried,
+// or Extend while it takes longer than the lease; a record left alone is
+// delivered again when its lease runs out. See the Example for Group.Ack.
 func (g *Group) Records(ctx context.Context) iter.Seq[Record] {
 	return func(yield func(Record) bool) {
 		for {
