@@ -183,3 +183,7 @@ func (r *Ring) waitRoom(ctx context.Context) error {
 		futex.Wait(mem.Ptr32(b, f), v, waitBackstop)
 	}
 }
+
+// roomArmed reports whether a producer announced itself as about to sleep
+// for room (for benchmarks).
+func (r *Ring) roomArmed() bool { return mem.Load32(r.b, r.off+rl.OffRoom)&futexWaiters != 0 }
