@@ -185,6 +185,8 @@ func (g *Group) deadLetter(rec Record, deliveries uint32) bool {
 	binary.LittleEndian.PutUint16(p[12:], uint16(len(topic)))
 	binary.LittleEndian.PutUint16(p[14:], flags)
 	p = append(append(p, topic...), payload...)
-	_, err := r.publish(g.dead, p, g.goff, rec.Seq)
+	q := *r
+	q.quiet, q.exGroup, q.allow = true, g.goff+1, rec.Seq
+	_, err := q.Publish(g.dead, p)
 	return err == nil
 }

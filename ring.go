@@ -51,6 +51,14 @@ type Ring struct {
 	maxBody  int    // topic + payload bytes one slot holds
 	inFlight uint64 // pending-table entries per group
 	tables   int    // offset of group 0's pending table in the mapping
+
+	// Set only in the copies PublishWait and dead-lettering publish
+	// through: quiet makes a publish that finds no room return errNoRoom
+	// uncounted; exGroup (a group entry's offset + 1) and allow let that
+	// group's dead-lettered record allow be overwritten (see room).
+	quiet   bool
+	exGroup int
+	allow   uint64
 }
 
 // RingStats are a ring's shared counters, summed over every process.
@@ -411,20 +419,6 @@ func (r *Ring) slotOff(seq uint64) int {
 // only when some reader is asleep in Wait. With no protected group the
 // room check is one load of a mask word.
 func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
-	s, err := r.publish(topic, payload, -1, 0)
-	if err == errNoRoom {
-		mem.Add64(r.b, r.off+rl.OffFull, 1)
-		runtime.KeepAlive(r)
-		return 0, r.errFull()
-	}
-	return s, err
-}
-
-// publish is Publish without counting a refusal: it returns errNoRoom,
-// unwrapped, when a protected group has not finished the record the next
-// sequence would overwrite. ex and allow let a group dead-lettering record
-// allow overwrite it (see room); ex is -1 otherwise.
-func (r *Ring) publish(topic string, payload []byte, ex int, allow uint64) (uint64, error) {
 	if r.closed() {
 		return 0, ErrClosed
 	}
@@ -449,12 +443,16 @@ func (r *Ring) publish(topic string, payload []byte, ex int, allow uint64) (uint
 		}
 		return 0, fmt.Errorf("shmarena: ring %q: %w: next sequence %d", r.name, ErrCorrupt, s)
 	}
-	if mem.Load64(b, r.off+rl.OffProtected) != 0 && !r.room(s, ex, allow) {
+	if mem.Load64(b, r.off+rl.OffProtected) != 0 && !r.room(s) {
 		crashPoint("publish-full")
 		if !rlock.Release(b, lock, r.a.self) {
 			return 0, r.errLockLost()
 		}
-		return 0, errNoRoom
+		if r.quiet {
+			return 0, errNoRoom
+		}
+		mem.Add64(b, r.off+rl.OffFull, 1)
+		return 0, r.errFull()
 	}
 	o := r.slotOff(s)
 	// Plain stores (see mem.Put64) up to the commit: the slot is ours

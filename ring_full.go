@@ -29,8 +29,8 @@ import (
 // by a producer that had already passed the check counts as lapped for
 // it.
 
-// errNoRoom is publish's unwrapped refusal; Publish turns it into
-// ErrRingFull and PublishWait waits.
+// errNoRoom is a quiet publish's unwrapped refusal (see Ring.quiet), on
+// which PublishWait waits.
 var errNoRoom = errors.New("no room")
 
 func (r *Ring) errFull() error {
@@ -38,16 +38,17 @@ func (r *Ring) errFull() error {
 }
 
 // room reports whether sequence s may be published, with the publish lock
-// held (so s is the next sequence). ex >= 0 is the offset of a group entry
-// dead-lettering record allow: that group's floor, if it is allow, does
-// not protect it (the record was copied).
+// held (so s is the next sequence). r.exGroup > 0 is the offset + 1 of a
+// group entry dead-lettering record r.allow: that group's floor, if it is
+// r.allow, does not protect it (the record was copied).
 //
 // The cache is read before the mask and replaced by compare-and-swap from
 // the value read, and a group's creation sets its mask bit before it
 // lowers the cache: so a producer that computed the floor without a new
 // group's bit cannot raise the cache over that group's floor.
-func (r *Ring) room(s uint64, ex int, allow uint64) bool {
+func (r *Ring) room(s uint64) bool {
 	b := r.b
+	ex, allow := r.exGroup-1, r.allow
 	if s <= r.slots {
 		return true
 	}
@@ -127,8 +128,10 @@ func (r *Ring) roomFreed() {
 // and processes; waiting producers publish in no particular order.
 func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (uint64, error) {
 	waited := false
+	q := *r
+	q.quiet = true
 	for {
-		s, err := r.publish(topic, payload, -1, 0)
+		s, err := q.Publish(topic, payload)
 		if err != errNoRoom {
 			return s, err
 		}
