@@ -277,6 +277,7 @@ func validateRing(b []byte, e layout.Entry) error {
 	// that grows with the head is read before the head and checked against
 	// it, or, for the positions read after it, against the head read again
 	// (a position is never ahead of the head it was read after).
+	floorCache := mem.Load64(b, o+rl.OffFloor)
 	holeCount, holeSeq := mem.Load64(b, o+rl.OffHoleCount), mem.Load64(b, o+rl.OffHoleSeq)
 	ab := mem.Load64(b, o+rl.OffAbandoned)
 	next := mem.Load64(b, o+rl.OffNext)
@@ -288,6 +289,9 @@ func validateRing(b []byte, e layout.Entry) error {
 	}
 	if ab > next { // a repair counts its hole just before it moves the head
 		return fmt.Errorf("%d abandoned, next sequence %d", ab, next)
+	}
+	if floorCache > next { // a cache past the head would let producers overwrite protected records
+		return fmt.Errorf("producers' floor cache %d past next sequence %d", floorCache, next)
 	}
 	if holeSeq > next || holeCount > ab {
 		return fmt.Errorf("hole %d with %d abandoned before it; %d abandoned, next sequence %d", holeSeq, holeCount, ab, next)
@@ -340,7 +344,7 @@ func validateAck(b []byte, g int, e layout.Entry, f1, p uint64) error {
 		return nil
 	}
 	f2 := mem.Load64(b, g+rl.GFloor)
-	if f1 > p || (f2 <= p && p-f2 > e.Params[3]) {
+	if f1 == 0 || f1 > p || (f2 <= p && p-f2 > e.Params[3]) {
 		return fmt.Errorf("floor %d (then %d), position %d, %d in flight", f1, f2, p, e.Params[3])
 	}
 	return nil

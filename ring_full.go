@@ -58,8 +58,10 @@ func (r *Ring) room(s uint64) bool {
 		return true
 	}
 	f := r.floor(mem.Load64(b, r.off+rl.OffProtected), ex, allow)
-	if ex < 0 && f != cache {
-		mem.CAS64(b, r.off+rl.OffFloor, cache, f)
+	// The cache never passes the head (validateRing checks it): a group
+	// made later starts at the head or, FromStart, lowers it.
+	if c := min(f, s); ex < 0 && c != cache {
+		mem.CAS64(b, r.off+rl.OffFloor, cache, c)
 	}
 	return victim < f
 }
