@@ -93,7 +93,7 @@ func TestAckCrashPoints(t *testing.T) {
 			if point == "drop" {
 				// The group was dropped or not: either way a member can join
 				// and producers are not held back by a ghost.
-				g, err = r.Group("w", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(3), WithDeadLetter("dead"))
+				_, err = r.Group("w", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(3), WithDeadLetter("dead"))
 				require.NoError(t, err)
 				noteTakeover(t, "group table after a killed drop", time.Since(killed))
 				for i := 0; i < 16; i++ {
