@@ -69,7 +69,8 @@ var (
 	// dead-lettered, or its group was dropped. Nothing was changed.
 	ErrLeaseLost = errors.New("lease lost")
 
-	// ErrNoGroup means Ring.DropGroup found no group of the name given.
+	// ErrNoGroup means Ring.DropGroup found no group of the name given, or
+	// Group.Wait found its group dropped.
 	ErrNoGroup = errors.New("no such group")
 
 	// ErrNotCounter means Add met a key holding a value that is not a

@@ -429,11 +429,16 @@ func (g *Group) checkHole() bool {
 // room for it, or when a lease is due for redelivery (ran out, its member
 // died, or it was Nacked and its delay passed); a due lease is noticed
 // within the 100 ms backstop.
+//
+// Wait returns an error wrapping ErrNoGroup when the group was dropped
+// (Ring.DropGroup), before or while it waits.
 func (g *Group) Wait(ctx context.Context) error {
 	r := g.r
-	return r.wait(ctx, func() bool {
+	dropped := false
+	err := r.wait(ctx, func() bool {
 		if !g.current() {
-			return true // dropped: Claim returns nothing, at once
+			dropped = true
+			return true
 		}
 		pos, next := mem.Load64(r.b, g.goff+rl.GPosition), mem.Load64(r.b, r.off+rl.OffNext)
 		if g.ack {
@@ -450,6 +455,10 @@ func (g *Group) Wait(ctx context.Context) error {
 		}
 		return g.checkHole()
 	})
+	if err == nil && dropped {
+		return fmt.Errorf("shmarena: ring %s: group %s: %w: it was dropped", quote(r.name), quote(g.name), ErrNoGroup)
+	}
+	return err
 }
 
 // Records returns an iterator over records claimed one at a time, waiting
@@ -458,6 +467,8 @@ func (g *Group) Wait(ctx context.Context) error {
 // claimed record behind; the delivery rules are those of Claim. ctx is
 // checked before every claim: with a ctx already done it yields nothing,
 // and once ctx ends it claims no more, even while records keep coming.
+//
+// The iteration also ends when the group is dropped (see Ring.DropGroup).
 //
 // Records acks nothing: in an acking group the loop body must finish each
 // record itself, with Ack when the work is done, Nack to have it retried,

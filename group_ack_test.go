@@ -370,7 +370,12 @@ func TestDropGroupFreesProducers(t *testing.T) {
 	assert.Nil(t, g.Claim(0), "a dropped group's member claims nothing")
 	require.ErrorIs(t, g.Ack(recs[0]), ErrLeaseLost, "its leases are gone, not ghosts")
 	assert.Zero(t, g.Stats().Pending)
-	require.NoError(t, g.Wait(context.Background()), "Wait returns at once")
+	require.ErrorIs(t, g.Wait(context.Background()), ErrNoGroup, "Wait returns at once")
+	n := 0
+	for range g.Records(context.Background()) {
+		n++
+	}
+	assert.Zero(t, n, "Records ends")
 
 	g2, err := r.Group("stuck", WithAck(time.Hour))
 	require.NoError(t, err)
@@ -431,4 +436,29 @@ func TestFromStartProtectedGroupIsNotLapped(t *testing.T) {
 	require.ErrorIs(t, err, ErrRingFull, "the new group's oldest record is protected at once")
 	assert.Equal(t, []uint64{10, 11, 12, 13, 14, 15, 16, 17}, seqs(g2.Claim(0)))
 	assert.Zero(t, g2.Stats().Lapped)
+}
+
+func TestPublishWaitEndsOnClose(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	_, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 8)
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.PublishWait(context.Background(), "t", nil)
+		done <- err
+	}()
+	for !r.roomArmed() {
+		time.Sleep(time.Millisecond)
+	}
+	closed := time.Now()
+	require.NoError(t, a.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, ErrClosed)
+		assert.Less(t, time.Since(closed), waitBackstop/2, "woken by Close, not by the backstop")
+	case <-time.After(5 * time.Second):
+		t.Fatal("PublishWait still waiting after Close")
+	}
 }

@@ -13,9 +13,9 @@ import (
 // producers or to be claimed, and its table entry is free for a new group.
 // Members of the dropped group find out at their next call: Claim returns
 // nothing, Ack, Nack and Extend return ErrLeaseLost, Stats reports only
-// the name and Mine, and Wait returns at once. A group of the same name
-// made later is a new group (at the head, or FromStart), which the old
-// handles do not reach.
+// the name and Mine, Wait returns ErrNoGroup at once, and Records ends. A
+// group of the same name made later is a new group (at the head, or
+// FromStart), which the old handles do not reach.
 //
 // Use it for a group nobody will read again: a protected group (WithAck,
 // WithBackpressure) whose members are gone holds producers back for good

@@ -387,8 +387,10 @@ func wakeRings(b []byte) {
 			continue
 		}
 		o := int(e.Offset)
-		mem.Add32(b, o+rl.OffFutex, 2) // bump the sequence, keep the flag
-		futex.Wake(mem.Ptr32(b, o+rl.OffFutex), math.MaxInt32)
+		for _, f := range [...]int{rl.OffFutex, rl.OffRoom} { // readers, and producers waiting for room
+			mem.Add32(b, o+f, 2) // bump the sequence, keep the flag
+			futex.Wake(mem.Ptr32(b, o+f), math.MaxInt32)
+		}
 	}
 }
 
