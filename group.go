@@ -64,13 +64,18 @@ type Group struct {
 
 // GroupStats are a group's counts. All but Mine are shared by every member
 // in every process; Delivered + Lapped + Skipped + Abandoned equals the
-// records the group's position has moved over since the group was created.
+// records the group's position has moved over since the group was created
+// (in an acking group, a delivered record found overwritten or damaged
+// when it is due for redelivery is counted again, as lapped or abandoned).
+// Counts are added after the change they count: a member killed in
+// between leaves them short by what it was doing.
 type GroupStats struct {
 	// Name and Topic are the group's name and bound topic ("" for all).
 	Name, Topic string
 	// Position is the sequence number the group looks at next.
 	Position uint64
-	// Delivered counts records claimed by any member.
+	// Delivered counts records claimed by any member (first deliveries:
+	// redeliveries count in Redelivered).
 	Delivered uint64
 	// Lapped counts records overwritten before any member claimed them:
 	// the pool is not keeping up, or the ring is too small.
