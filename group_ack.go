@@ -2,9 +2,11 @@ package shmarena
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
 	"github.com/shmarena/shmarena/internal/rlock"
@@ -442,4 +444,30 @@ func (g *Group) pending() (n int, floor uint64, oldest time.Duration) {
 		}
 	}
 	return n, floor, oldest
+}
+
+// validateAck checks a ready group entry's ack settings and, for an
+// acking group, its floor: f1 read before its position p, and the floor
+// read again after (a floor may pass an older position read).
+func validateAck(b []byte, g int, e layout.Entry, f1, p uint64) error {
+	flags, lease := mem.Load64(b, g+rl.GFlags), mem.Load64(b, g+rl.GLease)
+	md, dl := mem.Load32(b, g+rl.GMaxDeliv), mem.Load32(b, g+rl.GDeadLen)
+	switch {
+	case flags > rl.FlagAck|rl.FlagProtected || flags == rl.FlagAck:
+		return fmt.Errorf("flags %#x", flags)
+	case flags&rl.FlagAck != 0 && (lease == 0 || lease > math.MaxInt64 || e.Params[3] == 0):
+		return fmt.Errorf("acking with lease %d ns, %d in flight", lease, e.Params[3])
+	case md > math.MaxInt32 || dl > rl.MaxGroupTopic:
+		return fmt.Errorf("max deliveries %d, dead-letter topic length %d", md, dl)
+	case flags&rl.FlagAck == 0 && (md != 0 || dl != 0):
+		return fmt.Errorf("max deliveries %d, dead-letter topic length %d without acks", md, dl)
+	}
+	if flags&rl.FlagAck == 0 {
+		return nil
+	}
+	f2 := mem.Load64(b, g+rl.GFloor)
+	if f1 == 0 || f1 > p || (f2 <= p && p-f2 > e.Params[3]) {
+		return fmt.Errorf("floor %d (then %d), position %d, %d in flight", f1, f2, p, e.Params[3])
+	}
+	return nil
 }
