@@ -30,9 +30,11 @@ import (
 // is dead is taken again, an entry whose sequence word does not match is
 // made available for redelivery, and the floor is advanced over finished
 // entries. Records are copied out of the ring under the lock, so a
-// protected record cannot be overwritten while it is read. Counters
-// (Delivered, Redelivered, ...) are added after the stores they count:
-// a holder killed in between leaves them short by that claim.
+// protected record cannot be overwritten while it is read. The counts a
+// claim of new records moves (Delivered, Skipped, Lapped, Abandoned) go
+// through a journal in the group entry (applyJournal), so they stay exact;
+// Redelivered and DeadLettered are added after the entry they count
+// changed, so a holder killed in between leaves them one short.
 
 // WithAck makes a Group at-least-once: each record a member claims is a
 // lease of the given length (> 0, wall-clock), recorded in the group's
@@ -201,10 +203,13 @@ func (g *Group) lockAck() bool {
 	if !r.a.enter(0) {
 		return false
 	}
-	rlock.Acquire(r.b, g.goff+rl.GLock, r.a.own) // the repair is what every holder does
+	recovered := rlock.Acquire(r.b, g.goff+rl.GLock, r.a.own)
 	if mem.Load64(r.b, g.goff+rl.GState) != rl.GroupReady || mem.Load64(r.b, g.goff+rl.GGen) != g.gen {
 		g.unlockAck()
 		return false
+	}
+	if recovered { // the rest of the repair is what every holder does
+		g.applyJournal()
 	}
 	return true
 }
@@ -321,16 +326,49 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 		prev = rec.Topic
 		out = append(out, rec)
 	}
+	// The counts after the claim go to the journal before the position
+	// moves, and from it to the counters after: a holder killed between
+	// leaves the journal for the next holder to apply (see applyJournal).
+	mem.Store64(b, g.goff+rl.GJPos, 0)
+	for res, j := range journalFields {
+		mem.Store64(b, g.goff+j[1], mem.Load64(b, g.goff+j[0])+tally[res])
+	}
+	mem.Store64(b, g.goff+rl.GJPos, seq)
 	crashPoint("claim-entered")
 	mem.Store64(b, g.goff+rl.GPosition, seq)
 	crashPoint("claim-moved")
-	for res, field := range [...]int{readOK: rl.GDelivered, readLapped: rl.GLapped, readAbandoned: rl.GAbandoned, readSkipped: rl.GSkipped} {
-		if tally[res] != 0 {
-			mem.Add64(b, g.goff+field, tally[res])
-		}
-	}
+	g.applyJournal()
 	g.mine.Add(tally[readOK])
 	return out
+}
+
+// journalFields pairs each count a claim moves with its journal word,
+// indexed by readResult.
+var journalFields = [...][2]int{
+	readOK:        {rl.GDelivered, rl.GJDelivered},
+	readLapped:    {rl.GLapped, rl.GJLapped},
+	readAbandoned: {rl.GAbandoned, rl.GJAbandoned},
+	readSkipped:   {rl.GSkipped, rl.GJSkipped},
+}
+
+// applyJournal, with the group lock held, stores the counts a claim
+// journaled if that claim moved the position (else it never happened),
+// then clears the journal. Storing is idempotent, so a holder killed in
+// the middle leaves it for the next one, which runs it on taking the lock
+// over: the counts are exact whatever instruction a claimer dies at.
+func (g *Group) applyJournal() {
+	b := g.r.b
+	jp := mem.Load64(b, g.goff+rl.GJPos)
+	if jp == 0 {
+		return
+	}
+	if mem.Load64(b, g.goff+rl.GPosition) == jp {
+		for _, j := range journalFields {
+			mem.Store64(b, g.goff+j[0], mem.Load64(b, g.goff+j[1]))
+		}
+	}
+	crashPoint("journal-applied")
+	mem.Store64(b, g.goff+rl.GJPos, 0)
 }
 
 // reclaim leases again, with the lock held, the records in the window
@@ -466,6 +504,9 @@ func validateAck(b []byte, g int, e layout.Entry, f1, p uint64) error {
 		return nil
 	}
 	f2 := mem.Load64(b, g+rl.GFloor)
+	if jp := mem.Load64(b, g+rl.GJPos); jp >= rl.MaxSeq {
+		return fmt.Errorf("claim journal at position %d", jp)
+	}
 	if f1 == 0 || f1 > p || (f2 <= p && p-f2 > e.Params[3]) {
 		return fmt.Errorf("floor %d (then %d), position %d, %d in flight", f1, f2, p, e.Params[3])
 	}

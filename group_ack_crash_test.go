@@ -146,9 +146,9 @@ func TestAckCrashPoints(t *testing.T) {
 			if point == "ack" || point == "publish-full" {
 				want = want[1:] // acked before the kill or just after: never again
 			}
+			letters := 0
 			if point == "dead-lettered" {
 				want = want[1:] // dead-lettered (perhaps twice), never redelivered
-				letters := 0
 				c := r.Cursor(FromStart())
 				for rec, ok := c.Next(); ok; rec, ok = c.Next() {
 					if rec.Topic == "dead" {
@@ -163,6 +163,16 @@ func TestAckCrashPoints(t *testing.T) {
 				assert.Equal(t, uint64(1), g.Stats().DeadLettered)
 			}
 			assert.Equal(t, want, got, "every record not finished before the kill, once")
+			st := g.Stats()
+			assert.Equal(t, uint64(n+letters), st.Delivered+st.Skipped, "first deliveries (and skipped dead letters) counted once each, whatever the kill")
+			switch point {
+			case "claim-entered":
+				assert.Zero(t, st.Redelivered, "the killed claim delivered nothing")
+			case "claim-moved", "nack":
+				assert.Equal(t, uint64(4), st.Redelivered, "the killed member's leases, again")
+			case "ack":
+				assert.Equal(t, uint64(3), st.Redelivered, "the killed member's leases but the one acked")
+			}
 		})
 	}
 }

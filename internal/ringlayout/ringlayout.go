@@ -65,9 +65,15 @@
 //	         delivered); floor <= position <= floor + max in flight
 //	288  8   redelivered
 //	296  8   dead-lettered
+//	304  8   claim journal: the position a claim is moving to (0 = none);
+//	         written after the four counts below, before the position
+//	312  8   journal: delivered count after that claim
 //	320  8   group lock (robust lock word), serialising an acking group's
 //	         pending-table updates
 //	352  8   group lock's futex word
+//	360  8   journal: skipped count after that claim
+//	368  8   journal: lapped count after that claim
+//	376  8   journal: abandoned count after that claim
 //
 // A pending-table entry (acking groups): sequence s lives at entry
 // s mod max-in-flight while floor <= s < position.
@@ -140,7 +146,12 @@ const (
 	GFloor        = 280
 	GRedelivered  = 288
 	GDeadLettered = 296
+	GJPos         = 304
+	GJDelivered   = 312
 	GLock         = 320
+	GJSkipped     = 360
+	GJLapped      = 368
+	GJAbandoned   = 376
 	MaxGroupName  = 64
 	MaxGroupTopic = 64
 
@@ -183,7 +194,8 @@ const (
 
 func init() {
 	for _, o := range []int{OffLock, OffNext, OffOversize, OffAbandoned, OffHoleCount, OffHoleSeq, OffGroupLock, OffGroups, GroupSize, HeaderSize, GPosition, GName, GTopic,
-		OffProtected, OffFloor, OffInFlight, OffFull, OffWaited, GGen, GFlags, GLease, GMaxDeliv, GDead, GFloor, GRedelivered, GDeadLettered, GLock, PendSize} {
+		OffProtected, OffFloor, OffInFlight, OffFull, OffWaited, GGen, GFlags, GLease, GMaxDeliv, GDead, GFloor, GRedelivered, GDeadLettered, GLock, PendSize,
+		GJPos, GJDelivered, GJSkipped, GJLapped, GJAbandoned} {
 		if o%8 != 0 {
 			panic(fmt.Sprintf("ringlayout: offset %d not 8-aligned", o))
 		}
