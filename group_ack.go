@@ -272,6 +272,7 @@ func (g *Group) claimAck(max int) []Record {
 	now := time.Now().UnixNano()
 	var out []Record
 	var buf payloadBuf
+	buf.expect(min(max, int(r.inFlight)) * r.maxBody) // a small claim allocates little
 	out = g.reclaim(now, max, out, &buf)
 	for round := 0; len(out) < max && round < 4; round++ {
 		floor, pos, ok := g.window()
