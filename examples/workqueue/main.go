@@ -25,8 +25,9 @@
 //	m.Add("worker:<i>:done", 1)  // per-worker count
 //	m.Add("done", 1)             // the supervisor's progress count
 //
-// When a third of the jobs are done (-kill-at) the supervisor SIGKILLs
-// worker 0, which is then holding leases, and starts it again. The
+// When a third of the jobs have gone by (-kill-at) the supervisor stops
+// worker 0 (SIGSTOP) at a moment it holds a batch it has not acked,
+// SIGKILLs it and starts it again. The
 // survivors see at once that the dead worker's handle is gone and take
 // its jobs again: those are done twice (the price of at least once), and
 // the group counts them as redelivered.

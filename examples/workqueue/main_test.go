@@ -32,8 +32,9 @@ func TestWorkqueue(t *testing.T) {
 		if !strings.Contains(out, "SIGKILLed worker 0") || !strings.Contains(out, "worker 0 restarted") {
 			t.Errorf("no crash and restart reported:\n%s", out)
 		}
-		if n, _ := strconv.Atoi(m[1]); n == 0 {
-			t.Errorf("the killed worker held a batch, but nothing was redelivered:\n%s", out)
+		held := regexp.MustCompile(`holding a batch of (\d+) jobs it had not acked`).FindStringSubmatch(out)
+		if held == nil || held[1] == "0" || held[1] != m[1] {
+			t.Errorf("the killed worker's batch %v must be what was redelivered (%s):\n%s", held, m[1], out)
 		}
 		total := regexp.MustCompile(`(?m)^\s+total\s+(\d+)\s*$`).FindStringSubmatch(out)
 		if total == nil {

@@ -90,14 +90,23 @@ func supervise(c config) int {
 		produced, _ := m.Counter("producer-done")
 		st := g.Stats()
 		now := time.Now()
-		if holding, _ := m.Counter(workerKey(0, "holding")); crashes == 0 && c.killAt > 0 &&
-			st.Position > uint64(c.killAt*float64(c.jobs)) && holding > 0 {
-			_ = kids[0].cmd.Process.Signal(syscall.SIGKILL)
+		if crashes == 0 && c.killAt > 0 && st.Position > uint64(c.killAt*float64(c.jobs)) {
+			// Stop worker 0 and look: killed while it holds a batch it has
+			// not acked (it counts "holding" down just before the ack),
+			// else let it go on and look again.
+			w := kids[0].cmd.Process
+			_ = w.Signal(syscall.SIGSTOP)
+			if holding, _ := m.Counter(workerKey(0, "holding")); holding <= 0 {
+				_ = w.Signal(syscall.SIGCONT)
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			_ = w.Signal(syscall.SIGKILL)
 			_ = kids[0].cmd.Wait()
 			crashes++
-			holding, _ = m.Counter(workerKey(0, "holding"))
-			fmt.Printf("%6.1fs: SIGKILLed worker 0 (pid %d) in the middle of a batch of %d jobs, with %d jobs done in all\n",
-				now.Sub(t0).Seconds(), kids[0].cmd.Process.Pid, holding, done)
+			holding, _ := m.Counter(workerKey(0, "holding"))
+			fmt.Printf("%6.1fs: SIGKILLed worker 0 (pid %d) holding a batch of %d jobs it had not acked, with %d jobs done in all\n",
+				now.Sub(t0).Seconds(), w.Pid, holding, done)
 			_, _ = m.Add(workerKey(0, "holding"), -holding)
 			if kids[0], err = startChild(c, a, "worker", 0); err != nil {
 				fmt.Fprintln(os.Stderr, "workqueue:", err)

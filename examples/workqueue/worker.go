@@ -95,7 +95,8 @@ func work(ctx context.Context, c config, g *shmarena.Group, m *shmarena.Map) err
 			}
 			continue
 		}
-		// "holding" lets the supervisor pick its moment to kill.
+		// "holding" lets the supervisor pick its moment to kill: while it
+		// is up, this worker holds leases it has not acked.
 		if _, err := m.Add(workerKey(c.id, "holding"), int64(len(recs))); err != nil {
 			return err
 		}
