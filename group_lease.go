@@ -133,10 +133,14 @@ const deadHeader = 16
 //	       because the dead letter would not fit a slot
 //	16     the original topic, then the original payload
 type DeadLetter struct {
-	Seq        uint64
+	// Seq is the original record's sequence number on the ring.
+	Seq uint64
+	// Deliveries is how many times the group delivered it.
 	Deliveries int
-	Topic      string
-	Payload    []byte
+	// Topic and Payload are the original record's ("" when the topic did
+	// not fit; Payload is empty when Truncated).
+	Topic   string
+	Payload []byte
 	// Truncated reports that the original payload was left out (it and
 	// the header did not fit one slot).
 	Truncated bool
