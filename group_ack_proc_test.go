@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -376,4 +377,120 @@ func TestAckLateMemberProcessLosesLease(t *testing.T) {
 	assert.Equal(t, before, after, "the late member changed nothing")
 	require.NoError(t, g.Ack(mine...), "this member's lease is intact")
 	assert.Zero(t, g.Stats().Pending)
+}
+
+// poisonWorkerRole works jobs from the "jobs" group: it Nacks every
+// "poison" job and acks the rest, until the parent sets "stop"; it prints
+// the deliveries of each poison delivery it saw and how many jobs it did.
+func poisonWorkerRole(path, _ string) error {
+	a, err := Open(path)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	g, m, err := poisonGroup(a)
+	if err != nil {
+		return err
+	}
+	done := 0
+	var seen []string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		recs := g.Claim(4)
+		if len(recs) == 0 {
+			if n, _ := m.Counter("stop"); n > 0 {
+				fmt.Println("RESULT", done, strings.Join(seen, ","))
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			_ = g.Wait(ctx)
+			cancel()
+			continue
+		}
+		for _, rec := range recs {
+			if string(rec.Payload) == "poison" {
+				seen = append(seen, strconv.Itoa(rec.Deliveries))
+				if err := g.Nack(rec, 0); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := g.Ack(rec); err != nil {
+				return err
+			}
+			done++
+		}
+	}
+	return errors.New("no stop before the deadline")
+}
+
+func poisonGroup(a *Arena) (*Group, *Map, error) {
+	r, err := a.Ring("poison", WithSlots(64), WithSlotSize(96))
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := r.Group("w", WithTopic("jobs"), WithAck(time.Minute), WithMaxDeliveries(5), WithDeadLetter("jobs.dead"))
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := a.Map("ctl", WithSlots(64), WithSlotSize(64))
+	return g, m, err
+}
+
+func TestPoisonJobAcrossProcesses(t *testing.T) {
+	asChild(map[string]func(string, string) error{"poison": poisonWorkerRole})
+	a, path := openTestArena(t, 1<<20)
+	g, m, err := poisonGroup(a)
+	require.NoError(t, err)
+	r := g.r
+	dead, err := r.Group("janitor", WithTopic("jobs.dead"))
+	require.NoError(t, err)
+	var workers []*ringChild
+	for i := 0; i < 2; i++ {
+		workers = append(workers, startChild(t, "TestPoisonJobAcrossProcesses", "poison", path, ""))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const jobs = 2000
+	poison := uint64(0)
+	var letters []Record // the janitor keeps up (it is not protected)
+	for i := 0; i < jobs; i++ {
+		letters = append(letters, dead.Claim(0)...)
+		if i == 10 {
+			poison, err = r.PublishWait(ctx, "jobs", []byte("poison"))
+			require.NoError(t, err)
+		}
+		_, err := r.PublishWait(ctx, "jobs", []byte("job"))
+		require.NoError(t, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		st := g.Stats()
+		if st.Lag == 0 && st.Pending == 0 {
+			break
+		}
+		letters = append(letters, dead.Claim(0)...)
+		require.True(t, time.Now().Before(deadline), "jobs unfinished: %+v", st)
+		time.Sleep(time.Millisecond)
+	}
+	_, err = m.Add("stop", 1)
+	require.NoError(t, err)
+	done, deliveries := 0, []string{}
+	for _, w := range workers {
+		res := w.wait(t)
+		done += int(uintField(t, res[0]))
+		if len(res) > 1 {
+			deliveries = append(deliveries, strings.Split(res[1], ",")...)
+		}
+	}
+	assert.Equal(t, jobs, done, "the rest kept flowing")
+	slices.Sort(deliveries)
+	assert.Equal(t, []string{"1", "2", "3", "4", "5"}, deliveries, "the poison job was delivered exactly 5 times")
+	st := g.Stats()
+	assert.Equal(t, uint64(1), st.DeadLettered)
+	assert.Equal(t, uint64(4), st.Redelivered)
+	letters = append(letters, dead.Claim(0)...)
+	require.Len(t, letters, 1)
+	assert.Zero(t, dead.Stats().Lapped)
+	dl, err := ParseDeadLetter(letters[0])
+	require.NoError(t, err)
+	assert.Equal(t, DeadLetter{Seq: poison, Deliveries: 5, Topic: "jobs", Payload: []byte("poison")}, dl)
 }

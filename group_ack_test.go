@@ -462,3 +462,19 @@ func TestPublishWaitEndsOnClose(t *testing.T) {
 		t.Fatal("PublishWait still waiting after Close")
 	}
 }
+
+func TestUnboundAckGroupSkipsItsDeadLetters(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead"))
+	require.NoError(t, err)
+	publishN(t, r, "any", 1)
+	recs := g.Claim(0)
+	require.Len(t, recs, 1)
+	require.NoError(t, g.Nack(recs[0], 0))
+	assert.Nil(t, g.Claim(0), "its own dead letter is not work for it")
+	st := g.Stats()
+	assert.Equal(t, uint64(1), st.DeadLettered)
+	assert.Equal(t, uint64(1), st.Skipped)
+	assert.Equal(t, uint64(3), r.Head())
+}
