@@ -357,19 +357,22 @@ var journalFields = [...][2]int{
 // then clears the journal. Storing is idempotent, so a holder killed in
 // the middle leaves it for the next one, which runs it on taking the lock
 // over: the counts are exact whatever instruction a claimer dies at.
-func (g *Group) applyJournal() {
-	b := g.r.b
-	jp := mem.Load64(b, g.goff+rl.GJPos)
+func (g *Group) applyJournal() { applyJournal(g.r.b, g.goff) }
+
+// applyJournal is Group.applyJournal for the group entry at goff (also run
+// by resetRing, whose lock reset no takeover follows).
+func applyJournal(b []byte, goff int) {
+	jp := mem.Load64(b, goff+rl.GJPos)
 	if jp == 0 {
 		return
 	}
-	if mem.Load64(b, g.goff+rl.GPosition) == jp {
+	if mem.Load64(b, goff+rl.GPosition) == jp {
 		for _, j := range journalFields {
-			mem.Store64(b, g.goff+j[0], mem.Load64(b, g.goff+j[1]))
+			mem.Store64(b, goff+j[0], mem.Load64(b, goff+j[1]))
 		}
 	}
 	crashPoint("journal-applied")
-	mem.Store64(b, g.goff+rl.GJPos, 0)
+	mem.Store64(b, goff+rl.GJPos, 0)
 }
 
 // reclaim leases again, with the lock held, the records in the window

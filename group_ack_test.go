@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/owner"
+	rl "github.com/shmarena/shmarena/internal/ringlayout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -477,4 +480,38 @@ func TestUnboundAckGroupSkipsItsDeadLetters(t *testing.T) {
 	assert.Equal(t, uint64(1), st.DeadLettered)
 	assert.Equal(t, uint64(1), st.Skipped)
 	assert.Equal(t, uint64(3), r.Head())
+}
+
+// After a reboot every lease's holder is dead (its token's entry is not
+// locked), the group lock is free, and a claim's journal left by a
+// claimer the reboot cut short is applied.
+func TestAckGroupAfterReboot(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 3)
+	require.Len(t, g.Claim(0), 3)
+	// Fake a claimer of the previous boot that moved the position and died
+	// before storing the counts, holding the group lock.
+	mem.Store64(r.b, g.goff+rl.GJDelivered, 3)
+	mem.Store64(r.b, g.goff+rl.GJPos, 4)
+	mem.Store64(r.b, g.goff+rl.GDelivered, 0)
+	mem.Store64(r.b, g.goff+rl.GLock, a.self)
+	require.NoError(t, a.Close())
+
+	boot := [16]byte{4, 5, 6}
+	owner.SetBootIDForTest(&boot)
+	defer owner.SetBootIDForTest(nil)
+	a2, err := Open(path)
+	require.NoError(t, err)
+	defer a2.Close()
+	r2 := smallRing(t, a2)
+	g2, err := r2.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), g2.Stats().Delivered, "the journal was applied")
+	got := g2.Claim(0)
+	require.Equal(t, []uint64{1, 2, 3}, seqs(got), "leases of the previous boot are orphaned")
+	assert.Equal(t, 2, got[0].Deliveries)
+	require.NoError(t, g2.Ack(got...))
 }

@@ -339,7 +339,11 @@ func resetRing(b []byte, e layout.Entry) {
 		}
 	}
 	for i := 0; i < rl.Groups; i++ {
-		rlock.Reset(b, o+rl.GroupOff(i)+rl.GLock)
+		g := o + rl.GroupOff(i)
+		rlock.Reset(b, g+rl.GLock)
+		if mem.Load64(b, g+rl.GState) == rl.GroupReady && mem.Load64(b, g+rl.GFlags)&rl.FlagAck != 0 {
+			applyJournal(b, g) // a claim cut short by the reboot
+		}
 	}
 	mem.Store32(b, o+rl.OffRoom, 0)
 	r := newRing(nil, b, "", e)
