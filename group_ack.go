@@ -389,6 +389,14 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 	}
 	self := r.a.self
 	finished := false
+	var lastTok uint64 // the last other holder asked about, and its answer:
+	lastAlive := false // neighbouring entries mostly share a holder
+	alive := func(tok uint64) bool {
+		if tok != lastTok {
+			lastTok, lastAlive = tok, g.holderAlive(tok, now)
+		}
+		return lastAlive
+	}
 	for seq := floor; seq < pos && len(out) < max; seq++ {
 		e := g.entry(seq)
 		st := mem.Load64(b, e+rl.PState)
@@ -405,7 +413,7 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 		}
 		holder := mem.Load64(b, e+rl.PHolder)
 		due := int64(mem.Load64(b, e+rl.PDeadline)) <= now
-		if !due && (holder == 0 || holder == self || g.holderAlive(holder, now)) {
+		if !due && (holder == 0 || holder == self || alive(holder)) {
 			continue
 		}
 		deliv := uint32(st)
