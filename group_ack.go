@@ -300,7 +300,10 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 	r := g.r
 	b := r.b
 	var tally [readSkipped + 1]uint64
-	prev := ""
+	prev, cached := "", ""
+	if p := g.last.Load(); p != nil {
+		prev, cached = *p, *p // reused when equal: no allocation per record
+	}
 	if len(out) > 0 {
 		prev = out[len(out)-1].Topic
 	}
@@ -340,6 +343,10 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 	crashPoint("claim-moved")
 	g.applyJournal()
 	g.mine.Add(tally[readOK])
+	if len(out) > 0 && out[len(out)-1].Topic != cached {
+		t := out[len(out)-1].Topic
+		g.last.Store(&t)
+	}
 	return out
 }
 

@@ -246,3 +246,39 @@ func publishWaitWake(b *testing.B, asleep time.Duration) {
 	b.ReportMetric(float64(median), "wake-ns-median")
 	b.ReportMetric(float64(p99), "wake-ns-p99")
 }
+
+// BenchmarkAckClaim measures the consumer's side alone, as BenchmarkClaim
+// does for an at-most-once group: Claim of runs of records already
+// published (64-byte payloads) from an acking group, then Ack of each
+// batch; one goroutine, no producer running. ns/op is per record.
+func BenchmarkAckClaim(b *testing.B) {
+	a, _ := openTestArena(b, 4<<20)
+	r, err := a.Ring("claim", ackBenchShape...)
+	require.NoError(b, err)
+	g, err := r.Group("g", WithAck(time.Minute))
+	require.NoError(b, err)
+	p := make([]byte, benchRecord)
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("max%d", batch), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(benchRecord)
+			for i := 0; i < b.N; {
+				b.StopTimer()
+				n := min(b.N-i, 2048)
+				for range n {
+					_, err := r.Publish("t", p)
+					require.NoError(b, err)
+				}
+				b.StartTimer()
+				for got := 0; got < n; {
+					recs := g.Claim(batch)
+					if err := g.Ack(recs...); err != nil {
+						b.Fatal(err)
+					}
+					got += len(recs)
+				}
+				i += n
+			}
+		})
+	}
+}
