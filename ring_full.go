@@ -124,6 +124,10 @@ func (r *Ring) roomFreed() {
 // call on their side unless a producer sleeps), waking at least every
 // 100 ms.
 //
+// A member of a protected group that publishes to the ring it consumes
+// (follow-up jobs) must not wait holding the leases that keep the ring
+// full: ack first, or publish with a ctx that bounds the wait.
+//
 // Errors: those of Publish other than ErrRingFull; when ctx ends first,
 // an error wrapping both ErrRingFull and ctx.Err() (nothing published);
 // ErrClosed when the arena closes. Safe for concurrent use by goroutines
