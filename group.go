@@ -67,8 +67,11 @@ type Group struct {
 // records the group's position has moved over since the group was created
 // (in an acking group, a delivered record found overwritten or damaged
 // when it is due for redelivery is counted again, as lapped or abandoned).
-// Counts are added after the change they count: a member killed in
-// between leaves them short by what it was doing.
+// An acking group's counts stay exact whatever instruction a member is
+// killed at (each change journals its counts first; only the recount of
+// a lease found damaged at redelivery is not); an at-most-once
+// group's are added after its claim, so a member killed in between leaves
+// them short by that claim.
 type GroupStats struct {
 	// Name and Topic are the group's name and bound topic ("" for all).
 	Name, Topic string

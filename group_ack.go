@@ -32,9 +32,9 @@ import (
 // entries. Records are copied out of the ring under the lock, so a
 // protected record cannot be overwritten while it is read. The counts a
 // claim of new records moves (Delivered, Skipped, Lapped, Abandoned) go
-// through a journal in the group entry (applyJournal), so they stay exact;
-// Redelivered and DeadLettered are added after the entry they count
-// changed, so a holder killed in between leaves them one short.
+// through a journal in the group entry (applyJournal), and so do
+// Redelivered and DeadLettered (applyLeaseJournal), so they stay exact
+// whatever instruction a holder is killed at.
 
 // WithAck makes a Group at-least-once: each record a member claims is a
 // lease of the given length (> 0, wall-clock), recorded in the group's
@@ -150,6 +150,7 @@ func (r *Ring) initAck(g int, c readerConfig, pos uint64) {
 	mem.Store32(b, g+rl.GDeadLen, uint32(len(c.dead)))
 	mem.Write(b, g+rl.GDead, c.dead)
 	mem.Store64(b, g+rl.GFloor, pos)
+	mem.Zero(b, g+rl.GLSeq, rl.GLField+8-rl.GLSeq) // past the zeroed part: a dropped group's lease journal
 	idx := (g - r.off - rl.OffGroups) / rl.GroupSize
 	mem.Zero(b, r.tables+idx*int(r.inFlight)*rl.PendSize, int(r.inFlight)*rl.PendSize)
 }
@@ -210,6 +211,7 @@ func (g *Group) lockAck() bool {
 	}
 	if recovered { // the rest of the repair is what every holder does
 		g.applyJournal()
+		applyLeaseJournal(r.b, g.goff, g.table, r.inFlight)
 	}
 	return true
 }
@@ -366,6 +368,40 @@ var journalFields = [...][2]int{
 // over: the counts are exact whatever instruction a claimer dies at.
 func (g *Group) applyJournal() { applyJournal(g.r.b, g.goff) }
 
+// journalLease, with the group lock held, journals the change of seq's
+// entry to state and the count (at field) it adds one to; the caller then
+// changes the entry and runs applyLeaseJournal.
+func (g *Group) journalLease(seq, state uint64, field int) {
+	b := g.r.b
+	mem.Store64(b, g.goff+rl.GLSeq, 0)
+	mem.Store64(b, g.goff+rl.GLState, state)
+	mem.Store64(b, g.goff+rl.GLCount, mem.Load64(b, g.goff+field)+1)
+	mem.Store64(b, g.goff+rl.GLField, uint64(field))
+	mem.Store64(b, g.goff+rl.GLSeq, seq)
+}
+
+// applyLeaseJournal stores the count a redelivery or dead-lettering
+// journaled if the entry it changes holds the journaled state (else the
+// change never happened, and the lease will be taken again and counted
+// then), then clears the journal: like applyJournal, idempotent, so the
+// next holder redoes it after a kill. goff is the group entry, table its
+// pending table of inFlight entries. A damaged journal is ignored.
+func applyLeaseJournal(b []byte, goff, table int, inFlight uint64) {
+	seq := mem.Load64(b, goff+rl.GLSeq)
+	if seq == 0 {
+		return
+	}
+	field := mem.Load64(b, goff+rl.GLField)
+	if (field == rl.GRedelivered || field == rl.GDeadLettered) && inFlight > 0 && seq < rl.MaxSeq {
+		e := table + int(seq%inFlight)*rl.PendSize
+		if mem.Load64(b, e+rl.PSeq) == seq && mem.Load64(b, e+rl.PState) == mem.Load64(b, goff+rl.GLState) {
+			mem.Store64(b, goff+int(field), mem.Load64(b, goff+rl.GLCount))
+		}
+	}
+	crashPoint("lease-journal-applied")
+	mem.Store64(b, goff+rl.GLSeq, 0)
+}
+
 // applyJournal is Group.applyJournal for the group entry at goff (also run
 // by resetRing, whose lock reset no takeover follows).
 func applyJournal(b []byte, goff int) {
@@ -438,17 +474,23 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 		if g.maxDeliv != 0 && deliv >= g.maxDeliv {
 			if g.deadLetter(rec, deliv) {
 				crashPoint("dead-lettered")
-				mem.Store64(b, e+rl.PState, pendWord(rl.StDone, deliv))
-				mem.Add64(b, g.goff+rl.GDeadLettered, 1)
+				done := pendWord(rl.StDone, deliv)
+				g.journalLease(seq, done, rl.GDeadLettered)
+				mem.Store64(b, e+rl.PState, done)
+				crashPoint("dead-finished")
+				applyLeaseJournal(b, g.goff, g.table, r.inFlight)
 				finished = true
 			}
 			continue
 		}
+		again := pendWord(rl.StPending, deliv+1)
+		g.journalLease(seq, again, rl.GRedelivered)
 		mem.Store64(b, e+rl.PHolder, self)
 		crashPoint("reclaim")
 		mem.Store64(b, e+rl.PDeadline, uint64(now+int64(g.lease)))
-		mem.Store64(b, e+rl.PState, pendWord(rl.StPending, deliv+1))
-		mem.Add64(b, g.goff+rl.GRedelivered, 1)
+		mem.Store64(b, e+rl.PState, again)
+		crashPoint("reclaimed")
+		applyLeaseJournal(b, g.goff, g.table, r.inFlight)
 		g.mine.Add(1)
 		rec.Deliveries = int(deliv + 1)
 		out = append(out, rec)
@@ -525,6 +567,10 @@ func validateAck(b []byte, g int, e layout.Entry, f1, p uint64) error {
 	f2 := mem.Load64(b, g+rl.GFloor)
 	if jp := mem.Load64(b, g+rl.GJPos); jp >= rl.MaxSeq {
 		return fmt.Errorf("claim journal at position %d", jp)
+	}
+	if ls, lf := mem.Load64(b, g+rl.GLSeq), mem.Load64(b, g+rl.GLField); ls >= rl.MaxSeq ||
+		(lf != 0 && lf != rl.GRedelivered && lf != rl.GDeadLettered) {
+		return fmt.Errorf("lease journal for sequence %d, count at %d", ls, lf)
 	}
 	if f1 == 0 || f1 > p || (f2 <= p && p-f2 > e.Params[3]) {
 		return fmt.Errorf("floor %d (then %d), position %d, %d in flight", f1, f2, p, e.Params[3])

@@ -41,13 +41,13 @@ func init() {
 		point := os.Getenv("SHMARENA_POINT")
 		parkAt(point)
 		switch point {
-		case "claim-entered", "claim-moved", "reclaim":
+		case "claim-entered", "claim-moved", "reclaim", "reclaimed":
 			g.Claim(4)
 		case "ack":
 			err = g.Ack(g.Claim(4)...)
 		case "nack":
 			err = g.Nack(g.Claim(4)[0], 0)
-		case "dead-lettered":
+		case "dead-lettered", "dead-finished":
 			for i := 0; i < 4; i++ {
 				for _, rec := range g.Claim(1) {
 					if err := g.Nack(rec, 0); err != nil {
@@ -67,7 +67,7 @@ func init() {
 }
 
 func TestAckCrashPoints(t *testing.T) {
-	for _, point := range []string{"claim-entered", "claim-moved", "reclaim", "ack", "nack", "dead-lettered", "publish-full", "drop"} {
+	for _, point := range []string{"claim-entered", "claim-moved", "reclaim", "reclaimed", "ack", "nack", "dead-lettered", "dead-finished", "publish-full", "drop"} {
 		t.Run(point, func(t *testing.T) {
 			a, path := openTestArena(t, 1<<20)
 			r, g, err := ackCrashRing(a)
@@ -80,7 +80,7 @@ func TestAckCrashPoints(t *testing.T) {
 				_, err := r.Publish("jobs", []byte(fmt.Sprint(i)))
 				require.NoError(t, err)
 			}
-			if point == "reclaim" { // leases of a member that left, for the child to take
+			if point == "reclaim" || point == "reclaimed" { // leases of a member that left, for the child to take
 				a2, err := Open(path)
 				require.NoError(t, err)
 				_, g2, err := ackCrashRing(a2)
@@ -147,7 +147,7 @@ func TestAckCrashPoints(t *testing.T) {
 				want = want[1:] // acked before the kill or just after: never again
 			}
 			letters := 0
-			if point == "dead-lettered" {
+			if point == "dead-lettered" || point == "dead-finished" {
 				want = want[1:] // dead-lettered (perhaps twice), never redelivered
 				c := r.Cursor(FromStart())
 				for rec, ok := c.Next(); ok; rec, ok = c.Next() {
@@ -172,6 +172,12 @@ func TestAckCrashPoints(t *testing.T) {
 				assert.Equal(t, uint64(4), st.Redelivered, "the killed member's leases, again")
 			case "ack":
 				assert.Equal(t, uint64(3), st.Redelivered, "the killed member's leases but the one acked")
+			case "reclaim":
+				assert.Equal(t, uint64(2), st.Redelivered, "the killed reclaim had not re-leased record 1")
+			case "reclaimed":
+				assert.Equal(t, uint64(3), st.Redelivered, "record 1 re-leased to the killed member, then to this one, and record 2")
+			case "dead-lettered", "dead-finished":
+				assert.Equal(t, uint64(2), st.Redelivered, "deliveries 2 and 3 of record 1")
 			}
 		})
 	}

@@ -35,6 +35,8 @@ func FuzzPendingTable(f *testing.F) {
 	f.Add(g0+rl.GLock, le64(0x0123456789abcdef))
 	f.Add(g0+rl.GJPos, le64(4))
 	f.Add(g0+rl.GJDelivered, le64(^uint64(0)))
+	f.Add(g0+rl.GLSeq, le64(2))
+	f.Add(g0+rl.GLField, le64(rl.GRedelivered))
 	f.Add(uint32(rl.OffProtected), le64(^uint64(0)))
 	f.Add(uint32(rl.OffFloor), le64(^uint64(0)))
 	f.Add(tab, make([]byte, 8*rl.PendSize))

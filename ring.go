@@ -342,7 +342,9 @@ func resetRing(b []byte, e layout.Entry) {
 		g := o + rl.GroupOff(i)
 		rlock.Reset(b, g+rl.GLock)
 		if mem.Load64(b, g+rl.GState) == rl.GroupReady && mem.Load64(b, g+rl.GFlags)&rl.FlagAck != 0 {
-			applyJournal(b, g) // a claim cut short by the reboot
+			applyJournal(b, g) // a claim or a redelivery cut short by the reboot
+			tables := o + rl.HeaderSize + int(e.Params[0]*e.Params[1])
+			applyLeaseJournal(b, g, tables+i*int(e.Params[3])*rl.PendSize, e.Params[3])
 		}
 	}
 	mem.Store32(b, o+rl.OffRoom, 0)

@@ -316,6 +316,7 @@ func TestRingValidateOnAttach(t *testing.T) {
 		{"group lease", rl.GroupOff(0) + rl.GLease, 0}, {"group floor", rl.GroupOff(0) + rl.GFloor, 5},
 		{"group floor zero", rl.GroupOff(0) + rl.GFloor, 0}, {"group max deliveries", rl.GroupOff(0) + rl.GMaxDeliv, 1 << 31},
 		{"group dead-letter topic length", rl.GroupOff(0) + rl.GMaxDeliv, 65 << 32},
+		{"group lease journal count", rl.GroupOff(0) + rl.GLField, 8}, {"group claim journal", rl.GroupOff(0) + rl.GJPos, 1 << 62},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, err := patch64(path, off+tc.at, tc.v)

@@ -37,8 +37,8 @@
 //	               protected group's floor moves
 //	192     8      group-table lock (robust lock word)
 //	224     8      group-table lock's futex word
-//	256     24576  group table: 64 entries of 384 bytes
-//	24832          slots (slots x slot size bytes)
+//	256     28672  group table: 64 entries of 448 bytes
+//	28928          slots (slots x slot size bytes)
 //	then           pending tables: 64 tables (one per group entry) of
 //	               max-in-flight entries of 40 bytes
 //
@@ -74,6 +74,11 @@
 //	360  8   journal: skipped count after that claim
 //	368  8   journal: lapped count after that claim
 //	376  8   journal: abandoned count after that claim
+//	384  8   lease journal: the sequence whose entry a redelivery or a
+//	         dead-lettering is changing (0 = none); written last of the four
+//	392  8   lease journal: that entry's state word once changed
+//	400  8   lease journal: the count after it (redelivered or dead-lettered)
+//	408  8   lease journal: which count, as its offset in the entry (288 or 296)
 //
 // A pending-table entry (acking groups): sequence s lives at entry
 // s mod max-in-flight while floor <= s < position.
@@ -123,9 +128,9 @@ const (
 	OffGroups    = 256
 
 	Groups    = 64
-	GroupSize = 384
+	GroupSize = 448
 
-	HeaderSize = OffGroups + Groups*GroupSize // 24832
+	HeaderSize = OffGroups + Groups*GroupSize // 28928
 
 	GState        = 0
 	GPosition     = 8
@@ -152,6 +157,10 @@ const (
 	GJSkipped     = 360
 	GJLapped      = 368
 	GJAbandoned   = 376
+	GLSeq         = 384
+	GLState       = 392
+	GLCount       = 400
+	GLField       = 408
 	MaxGroupName  = 64
 	MaxGroupTopic = 64
 
@@ -195,7 +204,7 @@ const (
 func init() {
 	for _, o := range []int{OffLock, OffNext, OffOversize, OffAbandoned, OffHoleCount, OffHoleSeq, OffGroupLock, OffGroups, GroupSize, HeaderSize, GPosition, GName, GTopic,
 		OffProtected, OffFloor, OffInFlight, OffFull, OffWaited, GGen, GFlags, GLease, GMaxDeliv, GDead, GFloor, GRedelivered, GDeadLettered, GLock, PendSize,
-		GJPos, GJDelivered, GJSkipped, GJLapped, GJAbandoned} {
+		GJPos, GJDelivered, GJSkipped, GJLapped, GJAbandoned, GLSeq, GLState, GLCount, GLField} {
 		if o%8 != 0 {
 			panic(fmt.Sprintf("ringlayout: offset %d not 8-aligned", o))
 		}
