@@ -8,7 +8,10 @@
 //     encoded with msgpack.
 //   - Ring: a fixed ring of records. A Cursor reads every record (a
 //     broadcast); a Group shares one position among its members, so each
-//     record goes to one of them (a work queue).
+//     record goes to one of them (a work queue), at most once by default,
+//     at least once with WithAck (leases, Ack, Nack, Extend, dead
+//     letters); producers wait for room with PublishWait rather than
+//     overwrite what a protected group has not finished.
 //
 // It is for Go services that run as several worker processes (pre-forked
 // HTTP servers, job runners) and want a shared cache, rate limiter or job
@@ -56,6 +59,10 @@
 // LoadAndDelete, Swap, CompareAndSwap, CompareAndDelete, All). Store
 // replaces an entry's deadline as Redis SET does, WithKeepTTL keeps it as
 // SET KEEPTTL does, and Add is Redis INCRBY on a raw 64-bit word. Groups
-// deliver at most once, like a Redis Streams consumer group whose entries
-// are acknowledged on read.
+// deliver at most once by default, like a Redis Streams consumer group
+// whose entries are acknowledged on read; WithAck groups follow Redis
+// Streams' pending entries list and SQS's visibility timeout (a lease per
+// claim, XACK / DeleteMessage as Ack, XCLAIM of an idle entry as the
+// redelivery of an expired or orphaned lease, ChangeMessageVisibility as
+// Extend, a redrive policy as WithMaxDeliveries and WithDeadLetter).
 package shmarena

@@ -56,6 +56,23 @@ var (
 	// key that is present never returns it.
 	ErrFull = errors.New("map is full")
 
+	// ErrRingFull means a publish found no room: the record it would
+	// overwrite is one a protected group (WithAck, WithBackpressure) has not
+	// finished. Ring.Publish returns it at once; Ring.PublishWait waits
+	// instead, and returns it (with the context's error) only when its ctx
+	// ends first. ErrFull is the map's counterpart.
+	ErrRingFull = errors.New("ring is full")
+
+	// ErrLeaseLost means an Ack, Nack or Extend named a lease this member no
+	// longer holds: it expired and another member (or this one, by a later
+	// Claim) took the record again, or the record was finished or
+	// dead-lettered, or its group was dropped. Nothing was changed.
+	ErrLeaseLost = errors.New("lease lost")
+
+	// ErrNoGroup means Ring.DropGroup found no group of the name given, or
+	// Group.Wait found its group dropped.
+	ErrNoGroup = errors.New("no such group")
+
 	// ErrNotCounter means Add met a key holding a value that is not a
 	// counter; the value is left as it was.
 	ErrNotCounter = errors.New("value is not a counter")

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/shmarena/shmarena/internal/mem"
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
@@ -15,16 +16,27 @@ import (
 
 // A Group is a work queue over a ring, shared by processes: its position
 // lives in the ring's own header, so every member advances the same word
-// and each record goes to exactly one member of the group (the member
-// whose compare-and-swap moved the position past it). It is the Kafka
-// consumer group / Redis Streams XREADGROUP idea reduced to one shared
-// offset, without acknowledgements: delivery is at most once (see Claim).
+// and each record goes to one member of the group. It is the Kafka
+// consumer group / Redis Streams XREADGROUP idea.
+//
+// By default delivery is at most once: the claim itself moves the shared
+// position (the member whose compare-and-swap moved it past a record owns
+// it), nothing records who holds what, and a member that dies holding
+// records loses them; a producer faster than the pool laps the group,
+// which counts the loss (GroupStats.Lapped). WithBackpressure stops the
+// lapping: producers wait (PublishWait) or are refused (Publish,
+// ErrRingFull) instead. WithAck makes the group at least once: each claim
+// is a lease, recorded in the group's pending table until Ack; a lease
+// that runs out, or whose member died, is delivered again; Nack gives a
+// record back, Extend keeps it longer, and WithMaxDeliveries with
+// WithDeadLetter gives up on a record that keeps failing. An acking group
+// is protected too: no record it has not finished is overwritten.
 //
 // Different groups on one ring do not take records from each other: each
 // has its own position, so a record goes to one member of every group, and
 // a Cursor on the same ring still sees everything. A ring holds at most 64
-// groups; a group lasts as long as the ring (there is no delete), and a
-// handle going away is a member leaving, not the group ending.
+// groups; a group lasts until Ring.DropGroup, and a handle going away is a
+// member leaving, not the group ending.
 //
 // A Group handle is safe for concurrent use by goroutines; any number of
 // processes may be members. After the arena's Close, every method returns
@@ -32,10 +44,19 @@ import (
 type Group struct {
 	r     *Ring
 	goff  int // offset of the group's table entry in the mapping
+	gen   uint64
 	name  string
 	topic string
 	mine  *atomic.Uint64
 	last  atomic.Pointer[string] // the last topic claimed, reused to save an allocation
+
+	// Acking groups (see group_ack.go).
+	ack, protected bool
+	lease          time.Duration
+	maxDeliv       uint32
+	dead           string
+	table          int // offset of the pending table in the mapping
+	alive          aliveCache
 
 	hmu sync.Mutex
 	hw  holeWatch
@@ -43,13 +64,21 @@ type Group struct {
 
 // GroupStats are a group's counts. All but Mine are shared by every member
 // in every process; Delivered + Lapped + Skipped + Abandoned equals the
-// records the group's position has moved over since the group was created.
+// records the group's position has moved over since the group was created
+// (in an acking group, a delivered record found overwritten or damaged
+// when it is due for redelivery is counted again, as lapped or abandoned).
+// An acking group's counts stay exact whatever instruction a member is
+// killed at (each change journals its counts first; only the recount of
+// a lease found damaged at redelivery is not); an at-most-once
+// group's are added after its claim, so a member killed in between leaves
+// them short by that claim.
 type GroupStats struct {
 	// Name and Topic are the group's name and bound topic ("" for all).
 	Name, Topic string
 	// Position is the sequence number the group looks at next.
 	Position uint64
-	// Delivered counts records claimed by any member.
+	// Delivered counts records claimed by any member (first deliveries:
+	// redeliveries count in Redelivered).
 	Delivered uint64
 	// Lapped counts records overwritten before any member claimed them:
 	// the pool is not keeping up, or the ring is too small.
@@ -63,6 +92,27 @@ type GroupStats struct {
 	// any of its handles: comparing it with Delivered shows how the work is
 	// spread.
 	Mine uint64
+	// Lag is how many records the group has not yet looked at: the ring's
+	// head minus Position. A Lag that grows while Pending stays put is a
+	// group nobody reads (see Ring.DropGroup).
+	Lag uint64
+	// The rest are for acking groups (WithAck) and zero otherwise.
+	//
+	// Pending counts records delivered and not yet finished (acked or
+	// dead-lettered): leased, or given back and waiting for redelivery.
+	Pending int
+	// Floor is the oldest record not finished (Position when none is
+	// pending); a protected group keeps the ring from overwriting it.
+	Floor uint64
+	// OldestPending is how long ago the oldest pending record was first
+	// delivered (0 with none pending): a lease that keeps being extended
+	// or redelivered shows here.
+	OldestPending time.Duration
+	// Redelivered counts deliveries after the first: leases taken again
+	// after they ran out or their member died, and Nacked records.
+	Redelivered uint64
+	// DeadLettered counts records given up after WithMaxDeliveries.
+	DeadLettered uint64
 }
 
 // mineCounts holds each process-local Mine counter, keyed by arena handle
@@ -93,14 +143,17 @@ func forgetGroups(a *Arena) {
 // A new group starts at the ring's head (records published from now on),
 // or with FromStart at the oldest record the ring still holds; joining an
 // existing group ignores FromStart. WithTopic binds a new group to a
-// topic; joining an existing group must ask for the topic it has.
+// topic; WithAck, WithBackpressure, WithMaxDeliveries and WithDeadLetter
+// set how it delivers. Joining an existing group must ask for the topic
+// and delivery settings it has.
 //
 // Errors: ErrInvalid for an empty name or a name or topic longer than 64
-// bytes; ErrShape when the group exists bound to another topic (the
-// message names both); ErrTooManyGroups when the ring already holds 64
-// groups; ErrCorrupt when the group table is damaged; ErrClosed after
-// Close. Creation is serialised across processes by a robust lock in the
-// ring header.
+// bytes, or delivery options that do not go together (see each); ErrShape
+// when the group exists with another topic or delivery setting (the
+// message names the field and both values); ErrTooManyGroups when the
+// ring already holds 64 groups; ErrCorrupt when the group table is
+// damaged; ErrClosed after Close. Creation is serialised across processes
+// by a robust lock in the ring header.
 func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	if r.closed() {
 		return nil, ErrClosed
@@ -115,6 +168,9 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	if len(cfg.topic) > rl.MaxGroupTopic {
 		return nil, fmt.Errorf("shmarena: ring %s: group %s: %w: topic is %d bytes, at most %d", quote(r.name), quote(name), ErrInvalid, len(cfg.topic), rl.MaxGroupTopic)
 	}
+	if err := r.checkAckConfig(cfg); err != nil {
+		return nil, fmt.Errorf("shmarena: ring %s: group %s: %w", quote(r.name), quote(name), err)
+	}
 	b := r.b
 	if !r.a.enter(0) {
 		return nil, ErrClosed
@@ -126,13 +182,7 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 		return nil, ErrClosed // Close began while this waited
 	}
 	if recovered {
-		// The previous holder died: drop any entry it left half-made.
-		for i := 0; i < rl.Groups; i++ {
-			g := r.off + rl.GroupOff(i)
-			if mem.Load64(b, g+rl.GState) == rl.GroupCreating {
-				mem.Store64(b, g+rl.GState, rl.GroupFree)
-			}
-		}
+		r.dropHalfMade() // the previous holder died
 	}
 	goff, err := r.findOrCreateGroup(name, cfg)
 	if !rlock.Release(b, lock, r.a.self) && err == nil {
@@ -142,7 +192,13 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 		return nil, err
 	}
 	m, _ := mineCounts.LoadOrStore(groupKey{r.a, goff}, new(atomic.Uint64))
-	return &Group{r: r, goff: goff, name: name, topic: cfg.topic, mine: m.(*atomic.Uint64)}, nil
+	idx := (goff - r.off - rl.OffGroups) / rl.GroupSize
+	return &Group{
+		r: r, goff: goff, gen: mem.Load64(b, goff+rl.GGen), name: name, topic: cfg.topic, mine: m.(*atomic.Uint64),
+		ack: cfg.lease > 0, protected: cfg.lease > 0 || cfg.backpressure, lease: cfg.lease,
+		maxDeliv: uint32(cfg.maxDeliv), dead: cfg.dead,
+		table: r.tables + idx*int(r.inFlight)*rl.PendSize,
+	}, nil
 }
 
 // findOrCreateGroup runs with the group-table lock held.
@@ -173,14 +229,21 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 		if have != cfg.topic {
 			return 0, fmt.Errorf("shmarena: ring %s: group %s: %w: it is bound to topic %s, asked for %s", quote(r.name), quote(name), ErrShape, quote(have), quote(cfg.topic))
 		}
+		if err := r.sameAckConfig(g, cfg); err != nil {
+			return 0, fmt.Errorf("shmarena: ring %s: group %s: %w", quote(r.name), quote(name), err)
+		}
 		return g, nil
 	}
 	if free < 0 {
 		return 0, fmt.Errorf("shmarena: ring %s: group %s: %w: all %d entries are in use", quote(r.name), quote(name), ErrTooManyGroups, rl.Groups)
 	}
 	g := free
+	gen := mem.Load64(b, g+rl.GGen)
 	mem.Store64(b, g+rl.GState, rl.GroupCreating)
-	mem.Zero(b, g+rl.GPosition, rl.GroupSize-rl.GPosition)
+	// The lock words stay: a member of a dropped group that held this
+	// entry's lock releases it by compare-and-swap (or it is taken over).
+	mem.Zero(b, g+rl.GPosition, rl.GLock-rl.GPosition)
+	mem.Store64(b, g+rl.GGen, gen+1)
 	mem.Store32(b, g+rl.GNameLen, uint32(len(name)))
 	mem.Store32(b, g+rl.GTopicLen, uint32(len(cfg.topic)))
 	mem.Write(b, g+rl.GName, name)
@@ -191,7 +254,18 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 		pos = r.oldest(next)
 	}
 	mem.Store64(b, g+rl.GPosition, pos)
+	r.initAck(g, cfg, pos)
 	mem.Store64(b, g+rl.GState, rl.GroupReady)
+	bit := uint64(1) << ((g - r.off - rl.OffGroups) / rl.GroupSize)
+	want := uint64(0)
+	if cfg.lease > 0 || cfg.backpressure {
+		want = bit
+	}
+	for m := mem.Load64(b, r.off+rl.OffProtected); m&bit != want && !mem.CAS64(b, r.off+rl.OffProtected, m, m&^bit|want); m = mem.Load64(b, r.off+rl.OffProtected) {
+	}
+	if want != 0 {
+		r.lowerFloor(pos) // after the mask bit: see room
+	}
 	return g, nil
 }
 
@@ -231,14 +305,24 @@ func (g *Group) Position() uint64 {
 // overwritten records count as lapped, holes and damaged slots as
 // abandoned.
 //
-// Delivery is at most once. The claim itself moves the shared position,
-// and nothing records which member holds which record: if a member dies,
-// or drops the slice, between Claim and finishing its work, those records
-// are lost for good and no other member will get them. Claiming fewer at a
-// time (max 1, as Records does) loses less. If that loss is not
-// acceptable, this is the wrong structure: use a queue with
-// acknowledgements (Kafka commits after processing, Redis Streams keeps a
-// pending list).
+// In an at-most-once group (the default) the claim itself moves the
+// shared position, and nothing records which member holds which record:
+// if a member dies, or drops the slice, between Claim and finishing its
+// work, those records are lost for good. Claiming fewer at a time (max 1,
+// as Records does) loses less; WithAck loses nothing.
+//
+// In an acking group (WithAck) each record returned is leased to this
+// member (Record.Deliveries says how many times it was delivered): Claim
+// first takes again, oldest first, records whose lease ran out, whose
+// member's handle is gone (asked of the kernel, the answer kept 2 ms),
+// or that were Nacked and are due, dead-lettering those at their
+// WithMaxDeliveries limit; then new records. The group's pending table
+// holds WithMaxInFlight records between the oldest unfinished one and the
+// newest delivered: a Claim that would go past it returns fewer records
+// (none while the oldest is unfinished), never an error. Claims of an
+// acking group are serialised by the group's robust lock, and look at
+// every pending entry, so one costs O(pending) loads. A dropped group's
+// handle claims nothing.
 //
 // Safe for concurrent use by goroutines and processes.
 func (g *Group) Claim(max int) []Record {
@@ -246,7 +330,13 @@ func (g *Group) Claim(max int) []Record {
 	if r.closed() {
 		return nil
 	}
+	if g.ack {
+		return g.claimAck(max)
+	}
 	b := r.b
+	if mem.Load64(b, g.goff+rl.GGen) != g.gen || mem.Load64(b, g.goff+rl.GState) != rl.GroupReady {
+		return nil // dropped
+	}
 	po := g.goff + rl.GPosition
 	limit := mem.Load64(b, r.off+rl.OffNext)
 	var out []Record
@@ -318,6 +408,9 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 		buf.chunk = mark
 		return out[:have]
 	}
+	if g.protected {
+		r.roomFreed()
+	}
 	for res, field := range [...]int{readOK: rl.GDelivered, readLapped: rl.GLapped, readAbandoned: rl.GAbandoned, readSkipped: rl.GSkipped} {
 		if tally[res] != 0 {
 			mem.Add64(b, g.goff+field, tally[res])
@@ -343,14 +436,41 @@ func (g *Group) checkHole() bool {
 // nil at once when the group's position is behind the ring's head. It
 // sleeps on a futex shared with producers, waking at least every 100 ms to
 // notice a producer that died mid-publish.
+//
+// For an acking group a record is claimable when the pending table has
+// room for it, or when a lease is due for redelivery (ran out, its member
+// died, or it was Nacked and its delay passed); a due lease is noticed
+// within the 100 ms backstop.
+//
+// Wait returns an error wrapping ErrNoGroup when the group was dropped
+// (Ring.DropGroup), before or while it waits.
 func (g *Group) Wait(ctx context.Context) error {
 	r := g.r
-	return r.wait(ctx, func() bool {
-		if mem.Load64(r.b, g.goff+rl.GPosition) < mem.Load64(r.b, r.off+rl.OffNext) {
+	dropped := false
+	err := r.wait(ctx, func() bool {
+		if !g.current() {
+			dropped = true
+			return true
+		}
+		pos, next := mem.Load64(r.b, g.goff+rl.GPosition), mem.Load64(r.b, r.off+rl.OffNext)
+		if g.ack {
+			if floor := mem.Load64(r.b, g.goff+rl.GFloor); floor <= pos && pos < next && pos < floor+r.inFlight {
+				return true
+			}
+			if g.due() {
+				return true
+			}
+			next = pos // the window is full: only a hole repair is news
+		}
+		if pos < next {
 			return true
 		}
 		return g.checkHole()
 	})
+	if err == nil && dropped {
+		return fmt.Errorf("shmarena: ring %s: group %s: %w: it was dropped", quote(r.name), quote(g.name), ErrNoGroup)
+	}
+	return err
 }
 
 // Records returns an iterator over records claimed one at a time, waiting
@@ -359,6 +479,13 @@ func (g *Group) Wait(ctx context.Context) error {
 // claimed record behind; the delivery rules are those of Claim. ctx is
 // checked before every claim: with a ctx already done it yields nothing,
 // and once ctx ends it claims no more, even while records keep coming.
+//
+// The iteration also ends when the group is dropped (see Ring.DropGroup).
+//
+// Records acks nothing: in an acking group the loop body must finish each
+// record itself, with Ack when the work is done, Nack to have it retried,
+// or Extend while it takes longer than the lease; a record left alone is
+// delivered again when its lease runs out. See the Example for Group.Ack.
 func (g *Group) Records(ctx context.Context) iter.Seq[Record] {
 	return func(yield func(Record) bool) {
 		for {
@@ -388,7 +515,10 @@ func (g *Group) Stats() GroupStats {
 	}
 	defer runtime.KeepAlive(g)
 	b := r.b
-	return GroupStats{
+	if !g.current() {
+		return GroupStats{Name: g.name, Topic: g.topic, Mine: g.mine.Load()}
+	}
+	st := GroupStats{
 		Name:      g.name,
 		Topic:     g.topic,
 		Position:  mem.Load64(b, g.goff+rl.GPosition),
@@ -398,4 +528,20 @@ func (g *Group) Stats() GroupStats {
 		Abandoned: mem.Load64(b, g.goff+rl.GAbandoned),
 		Mine:      g.mine.Load(),
 	}
+	if head := mem.Load64(b, r.off+rl.OffNext); head > st.Position {
+		st.Lag = head - st.Position
+	}
+	if g.ack {
+		st.Redelivered = mem.Load64(b, g.goff+rl.GRedelivered)
+		st.DeadLettered = mem.Load64(b, g.goff+rl.GDeadLettered)
+		st.Pending, st.Floor, st.OldestPending = g.pending()
+	}
+	return st
+}
+
+// current reports whether the group's entry is still the one this handle
+// joined (not dropped, nor dropped and made again).
+func (g *Group) current() bool {
+	b := g.r.b
+	return mem.Load64(b, g.goff+rl.GState) == rl.GroupReady && mem.Load64(b, g.goff+rl.GGen) == g.gen
 }

@@ -155,6 +155,9 @@ func mapShape(encoded bool, opts []RegionOption) (regionConfig, error) {
 		o(&cfg)
 		stripesSet = stripesSet || cfg.stripes != before
 	}
+	if cfg.inFlightSet {
+		return cfg, fmt.Errorf("%w: WithMaxInFlight is a ring option", ErrInvalid)
+	}
 	cfg.slotSize = (cfg.slotSize + 7) &^ 7
 	if !stripesSet && cfg.stripes > cfg.slots {
 		cfg.stripes = max(cfg.slots, 1)

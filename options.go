@@ -29,6 +29,8 @@ type RegionOption func(*regionConfig)
 type regionConfig struct {
 	slots, slotSize, stripes int64
 	encoded                  bool
+	inFlight                 int64
+	inFlightSet              bool
 }
 
 // WithSlots sets the number of slots: entries of a map, records of a ring.
@@ -44,6 +46,19 @@ func WithSlots(n int) RegionOption { return func(c *regionConfig) { c.slots = in
 // on every slot (see Map.Add).
 func WithSlotSize(bytes int) RegionOption {
 	return func(c *regionConfig) { c.slotSize = int64(bytes) }
+}
+
+// WithMaxInFlight sets a ring's pending-table capacity: how many records
+// one at-least-once group (WithAck) may have delivered and not yet
+// finished (acked or dead-lettered), in [0, 65536], capped at the ring's
+// slots. Default 64. Each of the ring's 64 group entries gets a table of
+// that many 40-byte entries whether or not it acks, so the option costs
+// 64 x n x 40 bytes of the arena (160 KiB at the default; 0 makes rings
+// that cannot hold acking groups and cost nothing). It is part of the
+// ring's shape: every process must ask for the same value. A map refuses
+// it with ErrInvalid.
+func WithMaxInFlight(n int) RegionOption {
+	return func(c *regionConfig) { c.inFlight, c.inFlightSet = int64(n), true }
 }
 
 // WithStripes sets how many write locks a map has (default 64, at most

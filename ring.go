@@ -23,6 +23,11 @@ type Record struct {
 	// Seq is the record's sequence number: 1 for the first record a ring
 	// ever held, then one more for each publish, abandoned ones included.
 	Seq uint64
+	// Deliveries is how many times an acking group (WithAck) has delivered
+	// the record, this delivery included: 1 the first time. It is part of
+	// the lease: Ack, Nack and Extend need the value Claim returned. It is
+	// 0 for records read by a Cursor or an at-most-once Group.
+	Deliveries int
 }
 
 // A Ring is a fixed circle of slots in an arena that holds the most recent
@@ -43,7 +48,17 @@ type Ring struct {
 	off      int    // region offset in the mapping
 	slots    uint64 // from the directory entry, validated
 	slotSize int
-	maxBody  int // topic + payload bytes one slot holds
+	maxBody  int    // topic + payload bytes one slot holds
+	inFlight uint64 // pending-table entries per group
+	tables   int    // offset of group 0's pending table in the mapping
+
+	// Set only in the copies PublishWait and dead-lettering publish
+	// through: quiet makes a publish that finds no room return errNoRoom
+	// uncounted; exGroup (a group entry's offset + 1) and allow let that
+	// group's dead-lettered record allow be overwritten (see room).
+	quiet   bool
+	exGroup int
+	allow   uint64
 }
 
 // RingStats are a ring's shared counters, summed over every process.
@@ -56,6 +71,12 @@ type RingStats struct {
 	// Abandoned is how many records were lost because their producer died
 	// while writing them (each leaves a sequence number no reader gets).
 	Abandoned uint64
+	// Full counts Publish calls refused with ErrRingFull for want of room
+	// (a protected group had not finished the oldest record).
+	Full uint64
+	// Waited counts PublishWait calls that had to wait for room (each once,
+	// however long it waited).
+	Waited uint64
 	// Slots is how many records the ring holds; SlotSize is the size of one
 	// slot in bytes, 24 bytes of header included.
 	Slots    int
@@ -66,8 +87,13 @@ type RingStats struct {
 type ReaderOption func(*readerConfig)
 
 type readerConfig struct {
-	fromStart bool
-	topic     string
+	fromStart    bool
+	topic        string
+	lease        time.Duration // > 0: acking (at-least-once)
+	backpressure bool
+	maxDeliv     int
+	dead         string
+	deadSet      bool
 }
 
 // FromStart makes a new Cursor, or a Group that does not exist yet, start
@@ -115,15 +141,38 @@ func init() {
 // (the options Arena.Ring takes) occupies; see MapBytes. It returns
 // ErrInvalid for a shape out of range.
 func RingBytes(opts ...RegionOption) (int64, error) {
-	cfg := regionConfig{slots: 1024, slotSize: 256}
+	_, n, err := ringShape(opts)
+	if err != nil {
+		return 0, fmt.Errorf("shmarena: ring size: %w", err)
+	}
+	return layout.Align(n), nil
+}
+
+// defaultInFlight is a ring's pending-table capacity per group when
+// WithMaxInFlight is not given.
+const defaultInFlight = 64
+
+// ringShape applies a ring's options over the defaults, checks them and
+// returns the region length they need.
+func ringShape(opts []RegionOption) (regionConfig, int64, error) {
+	cfg := regionConfig{slots: 1024, slotSize: 256, inFlight: defaultInFlight}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	n, err := rl.Length(cfg.slots, (cfg.slotSize+7)&^7)
-	if err != nil || cfg.stripes != 0 {
-		return 0, fmt.Errorf("shmarena: ring size: %w: %v", ErrInvalid, err)
+	if cfg.stripes != 0 || cfg.encoded {
+		return cfg, 0, fmt.Errorf("%w: stripes and encoding are map options", ErrInvalid)
 	}
-	return layout.Align(n), nil
+	if cfg.slotSize > 0 {
+		cfg.slotSize = (cfg.slotSize + 7) &^ 7
+	}
+	if cfg.inFlight > cfg.slots && cfg.slots >= rl.MinSlots {
+		cfg.inFlight = cfg.slots // more could never be in flight
+	}
+	n, err := rl.LengthWithTables(cfg.slots, cfg.slotSize, cfg.inFlight)
+	if err != nil {
+		return cfg, 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return cfg, n, nil
 }
 
 // Ring finds the ring called name in the arena or creates it. Every
@@ -142,19 +191,9 @@ func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
 	if a.closed.Load() {
 		return nil, ErrClosed
 	}
-	cfg := regionConfig{slots: 1024, slotSize: 256}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.stripes != 0 || cfg.encoded {
-		return nil, fmt.Errorf("shmarena: ring %s: %w: stripes and encoding are map options", quote(name), ErrInvalid)
-	}
-	if cfg.slotSize > 0 {
-		cfg.slotSize = (cfg.slotSize + 7) &^ 7
-	}
-	length, err := rl.Length(cfg.slots, cfg.slotSize)
+	cfg, length, err := ringShape(opts)
 	if err != nil {
-		return nil, fmt.Errorf("shmarena: ring %s: %w: %v", quote(name), ErrInvalid, err)
+		return nil, fmt.Errorf("shmarena: ring %s: %w", quote(name), err)
 	}
 	spec := regionSpec{
 		name:   name,
@@ -165,12 +204,13 @@ func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
 			mem.Store64(b, o+rl.OffSlots, uint64(cfg.slots))
 			mem.Store64(b, o+rl.OffSlotSize, uint64(cfg.slotSize))
 			mem.Store64(b, o+rl.OffVersion, rl.Version)
+			mem.Store64(b, o+rl.OffInFlight, uint64(cfg.inFlight))
 			mem.Store64(b, o+rl.OffNext, 1)
 			mem.Store64(b, o+rl.OffMagic, rl.Magic)
 		},
 	}
-	spec.params[0], spec.params[1], spec.params[2] = uint64(cfg.slots), uint64(cfg.slotSize), rl.Version
-	spec.names[0], spec.names[1], spec.names[2] = "slots", "slot size", "ring layout"
+	spec.params[0], spec.params[1], spec.params[2], spec.params[3] = uint64(cfg.slots), uint64(cfg.slotSize), rl.Version, uint64(cfg.inFlight)
+	spec.names[0], spec.names[1], spec.names[2], spec.names[3] = "slots", "slot size", "ring layout", "max in flight"
 	e, err := a.region(spec)
 	if err != nil {
 		return nil, err
@@ -178,10 +218,18 @@ func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
 	if err := checkRingEntry(a.mem, e); err != nil {
 		return nil, fmt.Errorf("shmarena: ring %s: %w: %v", quote(name), ErrCorrupt, err)
 	}
+	return newRing(a, a.mem, name, e), nil
+}
+
+// newRing builds a handle from a checked directory entry (a is nil for
+// the reset hook).
+func newRing(a *Arena, b []byte, name string, e layout.Entry) *Ring {
 	return &Ring{
-		a: a, b: a.mem, name: name, off: int(e.Offset),
+		a: a, b: b, name: name, off: int(e.Offset),
 		slots: e.Params[0], slotSize: int(e.Params[1]), maxBody: int(e.Params[1]) - rl.SBody,
-	}, nil
+		inFlight: e.Params[3],
+		tables:   int(e.Offset) + rl.HeaderSize + int(e.Params[0]*e.Params[1]),
+	}
 }
 
 // checkRingEntry checks what a Ring handle caches: the shape in the
@@ -190,10 +238,10 @@ func checkRingEntry(b []byte, e layout.Entry) error {
 	if e.Params[2] != rl.Version {
 		return fmt.Errorf("ring layout version %d, this build reads %d", e.Params[2], rl.Version)
 	}
-	if e.Params[0] > rl.MaxSlots || e.Params[1] > rl.MaxSlotSize {
-		return fmt.Errorf("shape %d slots of %d bytes out of range", e.Params[0], e.Params[1])
+	if e.Params[0] > rl.MaxSlots || e.Params[1] > rl.MaxSlotSize || e.Params[3] > rl.MaxInFlight || e.Params[3] > e.Params[0] {
+		return fmt.Errorf("shape %d slots of %d bytes, %d in flight, out of range", e.Params[0], e.Params[1], e.Params[3])
 	}
-	need, err := rl.Length(int64(e.Params[0]), int64(e.Params[1]))
+	need, err := rl.LengthWithTables(int64(e.Params[0]), int64(e.Params[1]), int64(e.Params[3]))
 	if err != nil {
 		return err
 	}
@@ -222,11 +270,14 @@ func validateRing(b []byte, e layout.Entry) error {
 		return fmt.Errorf("ring header says slot size %d, directory %d", mem.Load64(b, o+rl.OffSlotSize), e.Params[1])
 	case mem.Load64(b, o+rl.OffVersion) != e.Params[2]:
 		return fmt.Errorf("ring header says layout %d, directory %d", mem.Load64(b, o+rl.OffVersion), e.Params[2])
+	case mem.Load64(b, o+rl.OffInFlight) != e.Params[3]:
+		return fmt.Errorf("ring header says %d in flight, directory %d", mem.Load64(b, o+rl.OffInFlight), e.Params[3])
 	}
 	// Members may publish, claim and repair while this runs, so a word
 	// that grows with the head is read before the head and checked against
 	// it, or, for the positions read after it, against the head read again
 	// (a position is never ahead of the head it was read after).
+	floorCache := mem.Load64(b, o+rl.OffFloor)
 	holeCount, holeSeq := mem.Load64(b, o+rl.OffHoleCount), mem.Load64(b, o+rl.OffHoleSeq)
 	ab := mem.Load64(b, o+rl.OffAbandoned)
 	next := mem.Load64(b, o+rl.OffNext)
@@ -238,6 +289,9 @@ func validateRing(b []byte, e layout.Entry) error {
 	}
 	if ab > next { // a repair counts its hole just before it moves the head
 		return fmt.Errorf("%d abandoned, next sequence %d", ab, next)
+	}
+	if floorCache > next { // a cache past the head would let producers overwrite protected records
+		return fmt.Errorf("producers' floor cache %d past next sequence %d", floorCache, next)
 	}
 	if holeSeq > next || holeCount > ab {
 		return fmt.Errorf("hole %d with %d abandoned before it; %d abandoned, next sequence %d", holeSeq, holeCount, ab, next)
@@ -255,12 +309,16 @@ func validateRing(b []byte, e layout.Entry) error {
 		if nl == 0 || nl > rl.MaxGroupName || tl > rl.MaxGroupTopic {
 			return fmt.Errorf("group entry %d has name length %d, topic length %d", i, nl, tl)
 		}
+		f1 := mem.Load64(b, g+rl.GFloor)
 		p := mem.Load64(b, g+rl.GPosition)
 		if p > next {
 			next = mem.Load64(b, o+rl.OffNext)
 		}
 		if p == 0 || p > next {
 			return fmt.Errorf("group entry %d at position %d, ring head %d", i, p, next)
+		}
+		if err := validateAck(b, g, e, f1, p); err != nil {
+			return fmt.Errorf("group entry %d: %v", i, err)
 		}
 	}
 	return nil
@@ -280,7 +338,17 @@ func resetRing(b []byte, e layout.Entry) {
 			mem.Store64(b, g+rl.GState, rl.GroupFree)
 		}
 	}
-	r := &Ring{b: b, off: o, slots: e.Params[0], slotSize: int(e.Params[1]), maxBody: int(e.Params[1]) - rl.SBody}
+	for i := 0; i < rl.Groups; i++ {
+		g := o + rl.GroupOff(i)
+		rlock.Reset(b, g+rl.GLock)
+		if mem.Load64(b, g+rl.GState) == rl.GroupReady && mem.Load64(b, g+rl.GFlags)&rl.FlagAck != 0 {
+			applyJournal(b, g) // a claim or a redelivery cut short by the reboot
+			tables := o + rl.HeaderSize + int(e.Params[0]*e.Params[1])
+			applyLeaseJournal(b, g, tables+i*int(e.Params[3])*rl.PendSize, e.Params[3])
+		}
+	}
+	mem.Store32(b, o+rl.OffRoom, 0)
+	r := newRing(nil, b, "", e)
 	r.repair()
 }
 
@@ -299,8 +367,10 @@ func wakeRings(b []byte) {
 			continue
 		}
 		o := int(e.Offset)
-		mem.Add32(b, o+rl.OffFutex, 2) // bump the sequence, keep the flag
-		futex.Wake(mem.Ptr32(b, o+rl.OffFutex), math.MaxInt32)
+		for _, f := range [...]int{rl.OffFutex, rl.OffRoom} { // readers, and producers waiting for room
+			mem.Add32(b, o+f, 2) // bump the sequence, keep the flag
+			futex.Wake(mem.Ptr32(b, o+f), math.MaxInt32)
+		}
 	}
 }
 
@@ -316,20 +386,24 @@ func (r *Ring) slotOff(seq uint64) int {
 // Publish appends a record to the ring under topic ("" for none) and
 // returns its sequence number (the first record of a ring is 1). The
 // payload is copied; it may be empty. When the ring is full the oldest
-// record is overwritten. A topic may be as long as the slot allows, but a
-// group binds (WithTopic) to at most 64 bytes: records of a longer topic
-// reach cursors and unbound groups only.
+// record is overwritten, unless a protected group (WithAck or
+// WithBackpressure) has not finished it: then Publish refuses at once with
+// ErrRingFull, counted in Stats().Full, and publishes nothing (PublishWait
+// waits instead). A topic may be as long as the slot allows, but a group
+// binds (WithTopic) to at most 64 bytes: records of a longer topic reach
+// cursors and unbound groups only.
 //
 // Errors: ErrTooLarge (counted in Stats().Oversize, nothing published)
 // when len(topic)+len(payload) exceeds the slot size minus 24 bytes;
-// ErrCorrupt when the ring's sequence word is damaged; ErrClosed after
-// Close.
+// ErrRingFull as above; ErrCorrupt when the ring's sequence word is
+// damaged; ErrClosed after Close.
 //
 // Any number of goroutines and processes may publish at once: a short
 // robust lock (held for one copy into the slot) orders them. A producer
 // that dies holding it leaves one hole, which the next publisher, or a
 // reader that finds it stuck, marks abandoned. Publish makes a system call
-// only when some reader is asleep in Wait.
+// only when some reader is asleep in Wait. With no protected group the
+// room check is one load of a mask word.
 func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 	if r.closed() {
 		return 0, ErrClosed
@@ -358,6 +432,17 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 			return 0, r.errLockLost()
 		}
 		return 0, fmt.Errorf("shmarena: ring %q: %w: next sequence %d", r.name, ErrCorrupt, s)
+	}
+	if mem.Load64(b, r.off+rl.OffProtected) != 0 && !r.room(s) {
+		crashPoint("publish-full")
+		if !rlock.Release(b, lock, r.a.self) {
+			return 0, r.errLockLost()
+		}
+		if r.quiet {
+			return 0, errNoRoom
+		}
+		mem.Add64(b, r.off+rl.OffFull, 1)
+		return 0, r.errFull()
 	}
 	o := r.slotOff(s)
 	// Plain stores (see mem.Put64) up to the commit: the slot is ours
@@ -481,6 +566,8 @@ func (r *Ring) Stats() RingStats {
 		Published: pub,
 		Oversize:  mem.Load64(r.b, r.off+rl.OffOversize),
 		Abandoned: ab,
+		Full:      mem.Load64(r.b, r.off+rl.OffFull),
+		Waited:    mem.Load64(r.b, r.off+rl.OffWaited),
 		Slots:     int(r.slots),
 		SlotSize:  r.slotSize,
 	}

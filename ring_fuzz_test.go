@@ -53,7 +53,7 @@ func FuzzRingCorrupt(f *testing.F) {
 		})
 		defer watchdog.Stop()
 		path := filepath.Join(t.TempDir(), "arena")
-		a, err := Open(path, WithSize(64<<10))
+		a, err := Open(path, WithSize(128<<10)) // the ring's pending tables need more than 64 KiB
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -294,6 +294,13 @@ func TestRingValidateOnAttach(t *testing.T) {
 	a, path := openTestArena(t, 1<<20)
 	r, err := a.Ring("w", WithSlots(8), WithSlotSize(64))
 	require.NoError(t, err)
+	g, err := r.Group("g", WithAck(time.Second), WithMaxDeliveries(2)) // entry 0
+	require.NoError(t, err)
+	for i := 0; i < 3; i++ {
+		_, err := r.Publish("t", nil)
+		require.NoError(t, err)
+	}
+	require.Len(t, g.Claim(0), 3) // floor 1, position 4, head 4
 	off := r.off
 	require.NoError(t, a.Close())
 	for _, tc := range []struct {
@@ -303,7 +310,13 @@ func TestRingValidateOnAttach(t *testing.T) {
 	}{
 		{"magic", rl.OffMagic, 1}, {"slots", rl.OffSlots, 9}, {"slot size", rl.OffSlotSize, 72},
 		{"next", rl.OffNext, 0}, {"group state", rl.GroupOff(3) + rl.GState, 7},
-		{"abandoned", rl.OffAbandoned, 2}, {"hole sequence", rl.OffHoleSeq, 2}, {"hole count", rl.OffHoleCount, 1},
+		{"abandoned", rl.OffAbandoned, 5}, {"hole sequence", rl.OffHoleSeq, 5}, {"hole count", rl.OffHoleCount, 1},
+		{"floor cache", rl.OffFloor, 99}, {"max in flight", rl.OffInFlight, 7},
+		{"group flags", rl.GroupOff(0) + rl.GFlags, 4}, {"group flags ack unprotected", rl.GroupOff(0) + rl.GFlags, rl.FlagAck},
+		{"group lease", rl.GroupOff(0) + rl.GLease, 0}, {"group floor", rl.GroupOff(0) + rl.GFloor, 5},
+		{"group floor zero", rl.GroupOff(0) + rl.GFloor, 0}, {"group max deliveries", rl.GroupOff(0) + rl.GMaxDeliv, 1 << 31},
+		{"group dead-letter topic length", rl.GroupOff(0) + rl.GMaxDeliv, 65 << 32},
+		{"group lease journal count", rl.GroupOff(0) + rl.GLField, 8}, {"group claim journal", rl.GroupOff(0) + rl.GJPos, 1 << 62},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, err := patch64(path, off+tc.at, tc.v)

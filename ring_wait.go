@@ -28,8 +28,13 @@ import (
 const futexWaiters = 1
 
 // wake wakes sleepers after a commit, if any announced themselves.
-func (r *Ring) wake() {
-	f := r.off + rl.OffFutex
+func (r *Ring) wake() { r.wakeAt(rl.OffFutex) }
+
+// wakeAt wakes the sleepers on the futex word at ring offset at (the
+// readers' or the producers' waiting for room), if any announced
+// themselves; the caller's preceding write must be a full fence.
+func (r *Ring) wakeAt(at int) {
+	f := r.off + at
 	for {
 		w := mem.Load32(r.b, f)
 		if w&futexWaiters == 0 {
@@ -43,8 +48,12 @@ func (r *Ring) wake() {
 }
 
 // arm sets the waiters flag and returns the word a sleeper waits on.
-func (r *Ring) arm() uint32 {
-	f := r.off + rl.OffFutex
+func (r *Ring) arm() uint32 { return r.armAt(rl.OffFutex) }
+
+// armAt sets the waiters flag of the futex word at ring offset at and
+// returns the word a sleeper waits on.
+func (r *Ring) armAt(at int) uint32 {
+	f := r.off + at
 	for {
 		w := mem.Load32(r.b, f)
 		if w&futexWaiters != 0 || mem.CAS32(r.b, f, w, w|futexWaiters) {

@@ -1,71 +1,80 @@
-// Command workqueue shows a shmarena ring used as a work queue by several
-// processes: one producer publishes jobs, and worker processes share them
-// through one consumer Group, each job going to exactly one worker.
+// Command workqueue shows a shmarena ring used as an at-least-once work
+// queue by several processes: a producer publishes jobs, worker processes
+// share them through one acking consumer Group, and a worker that is
+// SIGKILLed mid-run loses nothing: the jobs it held are delivered again.
 //
-// The producer (the process you start) creates an arena in anonymous
+// The supervisor (the process you start) creates an arena in anonymous
 // memory (OpenMemfd: nothing to clean up, it vanishes with the last
-// process), carves a ring "work" and a map "done", creates the group
-// "workers" bound to the topic "jobs", and then starts the workers by
-// re-executing itself, passing the arena as file descriptor 3
-// (exec.Cmd.ExtraFiles; the worker calls OpenFile). Each worker joins the
-// group and ranges over g.Records(ctx). A job's payload is its number, some
-// random bytes and a SHA-256 checksum of the two; the worker's work is to
-// hash the payload and check it. It then reports through the shared map:
+// process), carves a ring "work" and a map "done", and creates the group
+// "workers" bound to the topic "jobs" with
 //
-//	m.Add("job:<n>", 1)          // must end at exactly 1 for every job
+//	shmarena.WithAck(lease)             // each claim is a lease
+//	shmarena.WithMaxDeliveries(5)       // then the job is dead-lettered
+//	shmarena.WithDeadLetter("jobs.dead")
+//
+// It then starts a producer and the workers by re-executing itself,
+// passing the arena as file descriptor 3 (exec.Cmd.ExtraFiles; the child
+// calls OpenFile). The producer publishes with PublishWait, so it waits
+// whenever the ring is full of unfinished jobs (the ring may be much
+// smaller than the batch) and never overwrites one. A job's payload is its
+// number, some random bytes and a SHA-256 checksum of the two; a worker
+// claims a batch (g.Claim), hashes each payload and checks it, reports
+// through the shared map, and only then acks the batch:
+//
+//	m.Add("job:<n>", 1)          // how many times job n was done
 //	m.Add("worker:<i>:done", 1)  // per-worker count
-//	m.Add("done", 1)             // the producer waits for this to reach -jobs
+//	m.Add("done", 1)             // the supervisor's progress count
 //
-// Lapped jobs are failures, and the producer prevents them with
-// back-pressure: it never runs more than half a ring ahead of the group's
-// shared position, so the ring may be smaller than the batch. A job that is
-// overwritten before any worker claims it is counted by the group as
-// Lapped; it is not republished, it makes the verdict FAIL (-burst shows
-// this on purpose). Delivery through a Group is at most once: a worker
-// that dies between claiming a job and reporting it loses that job, which
-// the check also reports.
+// When a third of the jobs have gone by (-kill-at) the supervisor stops
+// worker 0 (SIGSTOP) at a moment it holds a batch it has not acked,
+// SIGKILLs it and starts it again. The
+// survivors see at once that the dead worker's handle is gone and take
+// its jobs again: those are done twice (the price of at least once), and
+// the group counts them as redelivered.
 //
 // The program prints a progress line every half second, then a table of
-// jobs per worker, the total time and records per second, the group's
-// counters, and a verdict line, "verdict: PASS ..." when every job was done
-// exactly once with a good checksum, else "verdict: FAIL ...". It exits 0
-// on PASS, 1 on FAIL, 2 on a setup error. Workers exit when the producer
-// closes their stdin (a pipe), including when it dies, and are also
-// started with Pdeathsig SIGTERM.
+// jobs per worker, the time, the group's counters, and a verdict line:
+// "verdict: PASS - 300000 jobs done, 0 lost, N redelivered after 1 worker
+// crash" when every job was done at least once with a good checksum, no
+// job was done more often than the redeliveries explain, and nothing was
+// lapped or dead-lettered; else "verdict: FAIL ...". It exits 0 on PASS, 1
+// on FAIL, 2 on a setup error. Children exit when the supervisor closes
+// their stdin (a pipe), including when it dies, and are also started with
+// Pdeathsig SIGTERM.
+//
+// -at-most-once shows the same run with the group as it was before acks:
+// no lease, no back-pressure (the producer uses Publish, which overwrites
+// the oldest job when the ring is full). Jobs are lapped before any worker
+// claims them, the killed worker's jobs are gone, and the verdict fails.
 //
 // Flags:
 //
-//	-jobs N       jobs to publish (default 10000)
-//	-workers N    worker processes (default 4)
-//	-slots N      ring slots (default 4096)
-//	-size N       random payload bytes per job (default 128)
-//	-rounds N     SHA-256 rounds of work per job (default 1)
-//	-timeout D    give up waiting for the jobs after D (default 60s)
-//	-burst        publish every job before starting the workers, with no
-//	              back-pressure: with -jobs > -slots the oldest jobs are
-//	              overwritten before anyone claims them, and the verdict fails
+//	-jobs N        jobs to publish (default 300000)
+//	-workers N     worker processes (default 3)
+//	-slots N       ring slots (default 1024)
+//	-size N        random payload bytes per job (default 64)
+//	-rounds N      SHA-256 rounds of work per job (default 1)
+//	-lease D       lease of a claim (default 5s)
+//	-kill-at F     SIGKILL worker 0 when this fraction of the jobs is done
+//	               (default 0.33; 0: no crash)
+//	-at-most-once  today's default group: no acks, no back-pressure
+//	-timeout D     give up waiting for the jobs after D (default 2m)
 //
 // Example:
 //
 //	go run ./examples/workqueue
-//	go run ./examples/workqueue -jobs 100000 -workers 2 -slots 1024
+//	go run ./examples/workqueue -at-most-once -jobs 30000
 package main
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"os/signal"
 	"strconv"
-	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/shmarena/shmarena"
@@ -73,18 +82,21 @@ import (
 
 type config struct {
 	jobs, workers, slots, size, rounds int
-	timeout                            time.Duration
-	burst                              bool
+	lease, timeout                     time.Duration
+	killAt                             float64
+	atMostOnce                         bool
 	role                               string
 	id                                 int
 }
 
 const (
-	ringName  = "work"
-	mapName   = "done"
-	groupName = "workers"
-	topic     = "jobs"
-	mapSlot   = 64 // keys are short: "job:<n>" and an 8-byte counter
+	ringName   = "work"
+	mapName    = "done"
+	groupName  = "workers"
+	topic      = "jobs"
+	deadTopic  = "jobs.dead"
+	maxDeliver = 5
+	mapSlot    = 64 // keys are short: "job:<n>" and an 8-byte counter
 )
 
 // Exit statuses.
@@ -97,14 +109,16 @@ const (
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("workqueue", flag.ContinueOnError)
-	fs.IntVar(&c.jobs, "jobs", 10000, "jobs to publish")
-	fs.IntVar(&c.workers, "workers", 4, "worker processes")
-	fs.IntVar(&c.slots, "slots", 4096, "ring slots")
-	fs.IntVar(&c.size, "size", 128, "random payload bytes per job")
+	fs.IntVar(&c.jobs, "jobs", 300000, "jobs to publish")
+	fs.IntVar(&c.workers, "workers", 3, "worker processes")
+	fs.IntVar(&c.slots, "slots", 1024, "ring slots")
+	fs.IntVar(&c.size, "size", 64, "random payload bytes per job")
 	fs.IntVar(&c.rounds, "rounds", 1, "SHA-256 rounds of work per job")
-	fs.DurationVar(&c.timeout, "timeout", time.Minute, "give up waiting for the jobs after this long")
-	fs.BoolVar(&c.burst, "burst", false, "publish everything before starting the workers, without back-pressure")
-	fs.StringVar(&c.role, "role", "", "internal: set by the producer for a worker process")
+	fs.DurationVar(&c.lease, "lease", 5*time.Second, "lease of a claim")
+	fs.Float64Var(&c.killAt, "kill-at", 0.33, "SIGKILL worker 0 when this fraction of the jobs is done (0: never)")
+	fs.BoolVar(&c.atMostOnce, "at-most-once", false, "use a group without acks or back-pressure, as before")
+	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up waiting for the jobs after this long")
+	fs.StringVar(&c.role, "role", "", "internal: set by the supervisor for a child process")
 	fs.IntVar(&c.id, "id", 0, "internal: worker number")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -116,6 +130,10 @@ func parseFlags(args []string) (config, error) {
 		return c, errors.New("-slots must be at least 2")
 	case c.size < 0:
 		return c, errors.New("-size must not be negative")
+	case c.lease <= 0:
+		return c, errors.New("-lease must be positive")
+	case c.killAt < 0 || c.killAt >= 1:
+		return c, errors.New("-kill-at must be in [0, 1)")
 	}
 	return c, nil
 }
@@ -129,19 +147,40 @@ func main() {
 		fmt.Fprintln(os.Stderr, "workqueue:", err)
 		os.Exit(exitSetup)
 	}
-	if c.role == "worker" {
-		if err := runWorker(c); err != nil {
-			fmt.Fprintf(os.Stderr, "workqueue: worker %d: %v\n", c.id, err)
+	switch c.role {
+	case "worker", "producer":
+		if err := runChild(c); err != nil {
+			fmt.Fprintf(os.Stderr, "workqueue: %s %d: %v\n", c.role, c.id, err)
 			os.Exit(1)
 		}
 		return
 	}
-	os.Exit(produce(c))
+	os.Exit(supervise(c))
 }
 
-// Shapes every process asks for.
+// childArgs are the flags a child needs to ask for the same shapes.
+func childArgs(c config) []string {
+	return []string{
+		"-jobs=" + strconv.Itoa(c.jobs), "-slots=" + strconv.Itoa(c.slots), "-size=" + strconv.Itoa(c.size),
+		"-rounds=" + strconv.Itoa(c.rounds), "-lease=" + c.lease.String(), "-at-most-once=" + strconv.FormatBool(c.atMostOnce),
+	}
+}
+
+// Shapes and settings every process asks for.
 func ringOptions(c config) []shmarena.RegionOption {
-	return []shmarena.RegionOption{shmarena.WithSlots(c.slots), shmarena.WithSlotSize(payloadLen(c) + 8 + len(topic) + 24)}
+	return []shmarena.RegionOption{shmarena.WithSlots(c.slots), shmarena.WithSlotSize(slotSize(c))}
+}
+
+// slotSize holds a job, or a dead letter of one (16 more bytes and the
+// job's topic).
+func slotSize(c config) int { return payloadLen(c) + 16 + len(topic) + len(deadTopic) + 24 }
+
+func groupOptions(c config) []shmarena.ReaderOption {
+	if c.atMostOnce {
+		return []shmarena.ReaderOption{shmarena.WithTopic(topic)}
+	}
+	return []shmarena.ReaderOption{shmarena.WithTopic(topic), shmarena.WithAck(c.lease),
+		shmarena.WithMaxDeliveries(maxDeliver), shmarena.WithDeadLetter(deadTopic)}
 }
 
 func mapOptions(c config) []shmarena.RegionOption {
@@ -154,9 +193,9 @@ func mapOptions(c config) []shmarena.RegionOption {
 
 // arenaSize is enough for the ring, the map and the arena's own header.
 func arenaSize(c config) int64 {
-	ring := int64(c.slots) * int64(payloadLen(c)+8+len(topic)+24)
-	mapSlots := int64(2*c.jobs + 64)
-	return 2<<20 + ring + 2*mapSlots*mapSlot // generous: both rounded up, plus headers
+	ring, _ := shmarena.RingBytes(ringOptions(c)...)
+	m, _ := shmarena.MapBytes(mapOptions(c)...)
+	return shmarena.MinSize + ring + m
 }
 
 // A payload is the job number (8 bytes), size random bytes, and the
@@ -190,265 +229,3 @@ func checkPayload(p []byte, rounds int) (uint64, bool) {
 
 func jobKey(n uint64) string               { return "job:" + strconv.FormatUint(n, 10) }
 func workerKey(id int, what string) string { return "worker:" + strconv.Itoa(id) + ":" + what }
-
-// worker is a started worker process.
-type worker struct {
-	id    int
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-}
-
-func produce(c config) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	a, err := shmarena.OpenMemfd("workqueue", shmarena.WithSize(arenaSize(c)))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "workqueue:", err)
-		return exitSetup
-	}
-	defer a.Close()
-	r, err := a.Ring(ringName, ringOptions(c)...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "workqueue:", err)
-		return exitSetup
-	}
-	m, err := a.Map(mapName, mapOptions(c)...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "workqueue:", err)
-		return exitSetup
-	}
-	// The group exists before the first publish, so it starts at record 1
-	// and no job is published before the workers' position.
-	g, err := r.Group(groupName, shmarena.WithTopic(topic))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "workqueue:", err)
-		return exitSetup
-	}
-	rs := r.Stats()
-	fmt.Printf("arena: memfd, %d KiB; ring %q: %d slots of %d bytes; map %q: %d slots; group %q on topic %q\n",
-		a.Size()>>10, ringName, rs.Slots, rs.SlotSize, mapName, m.Capacity(), groupName, topic)
-
-	rng := rand.NewChaCha8([32]byte{1})
-	var ws []*worker
-	defer func() { stopWorkers(ws) }()
-	publish := func() time.Duration {
-		t0 := time.Now()
-		ahead := uint64(max(c.slots/2, 1))
-		for n := uint64(1); n <= uint64(c.jobs); n++ {
-			// Back-pressure: stay within half a ring of the group, so no job
-			// is overwritten before a worker claims it.
-			for !c.burst && r.Head()-g.Position() >= ahead && ctx.Err() == nil {
-				time.Sleep(50 * time.Microsecond)
-			}
-			if _, err := r.Publish(topic, makePayload(n, c.size, rng)); err != nil {
-				fmt.Fprintln(os.Stderr, "workqueue: publish:", err)
-				return time.Since(t0)
-			}
-		}
-		return time.Since(t0)
-	}
-
-	var pubTime time.Duration
-	if c.burst {
-		pubTime = publish()
-		fmt.Printf("-burst: published %d jobs in %v before starting any worker\n", c.jobs, pubTime.Round(time.Microsecond))
-	}
-	tWorkers := time.Now()
-	ws, err = startWorkers(c, a)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "workqueue:", err)
-		return exitSetup
-	}
-	if err := waitCounter(ctx, m, "ready", int64(c.workers), 10*time.Second); err != nil {
-		fmt.Fprintln(os.Stderr, "workqueue: workers not ready:", err)
-		return exitSetup
-	}
-	fmt.Printf("%d workers ready\n", c.workers)
-
-	t0, since := time.Now(), "the first publish"
-	if c.burst { // the jobs were waiting: time the workers from their start
-		t0, since = tWorkers, "starting the workers (-burst)"
-	}
-	finished := make(chan struct{})
-	if !c.burst {
-		go func() {
-			pubTime = publish()
-			close(finished)
-		}()
-	} else {
-		close(finished)
-	}
-	timedOut := waitDone(ctx, c, m, g, t0)
-	<-finished
-	elapsed := time.Since(t0)
-	if ctx.Err() != nil {
-		fmt.Println("interrupted")
-		return exitFail
-	}
-	stopWorkers(ws)
-	ws = nil
-	return report(c, m, g, pubTime, elapsed, since, timedOut)
-}
-
-// waitDone waits until every job is accounted for (done, or lost to a lap
-// or a hole, which can never be done), printing progress, and reports
-// whether it gave up at the timeout instead.
-func waitDone(ctx context.Context, c config, m *shmarena.Map, g *shmarena.Group, t0 time.Time) (timedOut bool) {
-	deadline := t0.Add(c.timeout)
-	nextLine := t0.Add(500 * time.Millisecond)
-	for ctx.Err() == nil {
-		done, _ := m.Counter("done")
-		st := g.Stats()
-		lost := int64(st.Lapped + st.Abandoned)
-		now := time.Now()
-		if done+lost >= int64(c.jobs) {
-			return false
-		}
-		if now.After(deadline) {
-			return true
-		}
-		if now.After(nextLine) {
-			fmt.Printf("%6.1fs: claimed %d, done %d of %d, lapped %d\n", now.Sub(t0).Seconds(), st.Delivered, done, c.jobs, st.Lapped)
-			nextLine = nextLine.Add(500 * time.Millisecond)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return false
-}
-
-func waitCounter(ctx context.Context, m *shmarena.Map, key string, want int64, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if n, _ := m.Counter(key); n >= want {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			n, _ := m.Counter(key)
-			return fmt.Errorf("%s is %d after %v, want %d", key, n, timeout, want)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func startWorkers(c config, a *shmarena.Arena) ([]*worker, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	var ws []*worker
-	for i := range c.workers {
-		cmd := exec.Command(exe, "-role=worker", "-id="+strconv.Itoa(i),
-			"-jobs="+strconv.Itoa(c.jobs), "-slots="+strconv.Itoa(c.slots),
-			"-size="+strconv.Itoa(c.size), "-rounds="+strconv.Itoa(c.rounds))
-		cmd.ExtraFiles = []*os.File{a.File()} // fd 3 in the worker
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			return ws, err
-		}
-		if err := cmd.Start(); err != nil {
-			return ws, err
-		}
-		ws = append(ws, &worker{id: i, cmd: cmd, stdin: stdin})
-	}
-	return ws, nil
-}
-
-// stopWorkers closes every worker's stdin, which ends its loop, and waits
-// for them (SIGKILL after 5s).
-func stopWorkers(ws []*worker) {
-	for _, w := range ws {
-		_ = w.stdin.Close()
-	}
-	for _, w := range ws {
-		done := make(chan error, 1)
-		go func() { done <- w.cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "workqueue: worker %d: %v\n", w.id, err)
-			}
-		case <-time.After(5 * time.Second):
-			fmt.Fprintf(os.Stderr, "workqueue: worker %d did not stop; killing it\n", w.id)
-			_ = w.cmd.Process.Kill()
-			<-done
-		}
-	}
-}
-
-// report prints the results, checks every job, prints the verdict and
-// returns the exit status.
-func report(c config, m *shmarena.Map, g *shmarena.Group, pubTime, elapsed time.Duration, since string, timedOut bool) int {
-	var problems []string
-	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-
-	fmt.Println()
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "worker\tjobs\tshare\tbad checksum\t")
-	var total int64
-	for i := range c.workers {
-		n, _ := m.Counter(workerKey(i, "done"))
-		badSum, _ := m.Counter(workerKey(i, "bad"))
-		fmt.Fprintf(tw, "%d\t%d\t%.1f%%\t%d\t\n", i, n, 100*float64(n)/float64(c.jobs), badSum)
-		total += n
-		if badSum > 0 {
-			bad("worker %d saw %d payloads with a wrong checksum", i, badSum)
-		}
-	}
-	fmt.Fprintf(tw, "total\t%d\t\t\t\n", total)
-	tw.Flush()
-
-	// Every job exactly once.
-	var missing, dup, missingFirst, dupFirst uint64
-	for n := uint64(1); n <= uint64(c.jobs); n++ {
-		k, _ := m.Counter(jobKey(n))
-		switch {
-		case k == 0:
-			if missing++; missingFirst == 0 {
-				missingFirst = n
-			}
-		case k > 1:
-			if dup++; dupFirst == 0 {
-				dupFirst = n
-			}
-		}
-	}
-	st := g.Stats()
-	fmt.Println()
-	fmt.Printf("published %d jobs in %v; all accounted for %v after %s\n", c.jobs, pubTime.Round(time.Microsecond), elapsed.Round(time.Microsecond), since)
-	fmt.Printf("throughput: %.0f records/s (published, claimed, checked and reported)\n", float64(total)/elapsed.Seconds())
-	fmt.Printf("group %q: delivered %d, lapped %d, skipped %d, abandoned %d\n", st.Name, st.Delivered, st.Lapped, st.Skipped, st.Abandoned)
-	fmt.Println()
-	if st.Lapped > 0 {
-		bad("%d jobs were overwritten before any worker claimed them (lapped)", st.Lapped)
-	}
-	if missing > 0 {
-		bad("%d jobs never done (first: job %d)", missing, missingFirst)
-	}
-	if dup > 0 {
-		bad("%d jobs done more than once (first: job %d)", dup, dupFirst)
-	}
-	if total != int64(c.jobs) {
-		bad("workers report %d jobs, %d were published", total, c.jobs)
-	}
-	if st.Delivered != uint64(c.jobs) {
-		bad("group delivered %d records, %d were published", st.Delivered, c.jobs)
-	}
-	if timedOut {
-		bad("gave up after %v", c.timeout)
-	}
-	if len(problems) == 0 {
-		fmt.Printf("verdict: PASS - all %d jobs done exactly once by %d workers, every checksum good\n", c.jobs, c.workers)
-		return exitPass
-	}
-	for _, p := range problems {
-		fmt.Println("  problem:", p)
-	}
-	fmt.Printf("verdict: FAIL - %s\n", problems[0])
-	return exitFail
-}

@@ -7,6 +7,12 @@
 //	8       8      slots
 //	16      8      slot size in bytes
 //	24      8      ring layout version
+//	32      8      protected mask: bit i set while group entry i is protected
+//	               (acking or back-pressured); written under the group-table lock
+//	40      8      floor cache: a lower bound of the oldest sequence a protected
+//	               group has not finished, recomputed by a producer that finds
+//	               the slot it would overwrite at or past it
+//	48      8      pending-table capacity per group (max in flight, entries)
 //	64      8      publish lock (robust lock word: owner's token, see internal/owner; 0 = free)
 //	72      8      next sequence to publish (starts at 1; 0 never names a record)
 //	80      8      oversize count
@@ -24,10 +30,17 @@
 //	               a sequence bumped (and bit 0 cleared) after every commit
 //	132     4      sleepers: readers waiting now (informational; a killed
 //	               reader leaves it raised, wakes do not depend on it)
+//	136     8      full: publishes refused (ErrRingFull) for want of room
+//	144     8      waited: PublishWait calls that had to wait for room
+//	152     4      room futex word: bit 0 set by a producer about to sleep for
+//	               room, bits 1-31 a sequence bumped (and bit 0 cleared) when a
+//	               protected group's floor moves
 //	192     8      group-table lock (robust lock word)
 //	224     8      group-table lock's futex word
-//	256     12288  group table: 64 entries of 192 bytes
-//	12544          slots
+//	256     28672  group table: 64 entries of 448 bytes
+//	28928          slots (slots x slot size bytes)
+//	then           pending tables: 64 tables (one per group entry) of
+//	               max-in-flight entries of 40 bytes
 //
 // A group entry:
 //
@@ -41,6 +54,42 @@
 //	52   4   topic length (0 = takes every topic)
 //	56   64  name bytes
 //	120  64  topic bytes
+//	184  8   generation: bumped each time the entry is created
+//	192  8   flags: bit 0 acking (at-least-once), bit 1 protected
+//	200  8   lease in nanoseconds (acking groups)
+//	208  4   max deliveries (0 = unlimited)
+//	212  4   dead-letter topic length (0 = none)
+//	216  64  dead-letter topic bytes
+//	280  8   floor: the oldest sequence the acking group has not finished
+//	         (every sequence below it is acked, dead-lettered or was not
+//	         delivered); floor <= position <= floor + max in flight
+//	288  8   redelivered
+//	296  8   dead-lettered
+//	304  8   claim journal: the position a claim is moving to (0 = none);
+//	         written after the four counts below, before the position
+//	312  8   journal: delivered count after that claim
+//	320  8   group lock (robust lock word), serialising an acking group's
+//	         pending-table updates
+//	352  8   group lock's futex word
+//	360  8   journal: skipped count after that claim
+//	368  8   journal: lapped count after that claim
+//	376  8   journal: abandoned count after that claim
+//	384  8   lease journal: the sequence whose entry a redelivery or a
+//	         dead-lettering is changing (0 = none); written last of the four
+//	392  8   lease journal: that entry's state word once changed
+//	400  8   lease journal: the count after it (redelivered or dead-lettered)
+//	408  8   lease journal: which count, as its offset in the entry (288 or 296)
+//
+// A pending-table entry (acking groups): sequence s lives at entry
+// s mod max-in-flight while floor <= s < position.
+//
+//	0   8   sequence the entry describes (a mismatch is a damaged entry:
+//	        the record is made available for redelivery)
+//	8   8   holder: token of the member holding the lease (0 = none)
+//	16  8   deadline, Unix nanoseconds: the lease's end, or, with no
+//	        holder, when the record may be redelivered
+//	24  8   state (high 32 bits: 1 pending, 2 done) and deliveries (low 32)
+//	32  8   first delivered, Unix nanoseconds
 //
 // A slot:
 //
@@ -55,12 +104,15 @@ import "fmt"
 
 const (
 	Magic   uint64 = 0x31474e49524d4853 // "SHMRING1" little-endian
-	Version uint64 = 1
+	Version uint64 = 2
 
 	OffMagic     = 0
 	OffSlots     = 8
 	OffSlotSize  = 16
 	OffVersion   = 24
+	OffProtected = 32
+	OffFloor     = 40
+	OffInFlight  = 48
 	OffLock      = 64
 	OffNext      = 72
 	OffOversize  = 80
@@ -69,13 +121,16 @@ const (
 	OffHoleSeq   = 112
 	OffFutex     = 128
 	OffSleepers  = 132
+	OffFull      = 136
+	OffWaited    = 144
+	OffRoom      = 152
 	OffGroupLock = 192
 	OffGroups    = 256
 
 	Groups    = 64
-	GroupSize = 192
+	GroupSize = 448
 
-	HeaderSize = OffGroups + Groups*GroupSize // 12544
+	HeaderSize = OffGroups + Groups*GroupSize // 28928
 
 	GState        = 0
 	GPosition     = 8
@@ -87,12 +142,45 @@ const (
 	GTopicLen     = 52
 	GName         = 56
 	GTopic        = 120
+	GGen          = 184
+	GFlags        = 192
+	GLease        = 200
+	GMaxDeliv     = 208
+	GDeadLen      = 212
+	GDead         = 216
+	GFloor        = 280
+	GRedelivered  = 288
+	GDeadLettered = 296
+	GJPos         = 304
+	GJDelivered   = 312
+	GLock         = 320
+	GJSkipped     = 360
+	GJLapped      = 368
+	GJAbandoned   = 376
+	GLSeq         = 384
+	GLState       = 392
+	GLCount       = 400
+	GLField       = 408
 	MaxGroupName  = 64
 	MaxGroupTopic = 64
 
 	GroupFree     = 0
 	GroupCreating = 1
 	GroupReady    = 2
+
+	FlagAck       = 1
+	FlagProtected = 2
+
+	// Pending-table entries.
+	PSeq        = 0
+	PHolder     = 8
+	PDeadline   = 16
+	PState      = 24
+	PSince      = 32
+	PendSize    = 40
+	StPending   = 1
+	StDone      = 2
+	MaxInFlight = 1 << 16
 
 	SBegin = 0
 	SEnd   = 8
@@ -114,12 +202,14 @@ const (
 )
 
 func init() {
-	for _, o := range []int{OffLock, OffNext, OffOversize, OffAbandoned, OffHoleCount, OffHoleSeq, OffGroupLock, OffGroups, GroupSize, HeaderSize, GPosition, GName, GTopic} {
+	for _, o := range []int{OffLock, OffNext, OffOversize, OffAbandoned, OffHoleCount, OffHoleSeq, OffGroupLock, OffGroups, GroupSize, HeaderSize, GPosition, GName, GTopic,
+		OffProtected, OffFloor, OffInFlight, OffFull, OffWaited, GGen, GFlags, GLease, GMaxDeliv, GDead, GFloor, GRedelivered, GDeadLettered, GLock, PendSize,
+		GJPos, GJDelivered, GJSkipped, GJLapped, GJAbandoned, GLSeq, GLState, GLCount, GLField} {
 		if o%8 != 0 {
 			panic(fmt.Sprintf("ringlayout: offset %d not 8-aligned", o))
 		}
 	}
-	if OffFutex%4 != 0 || OffSleepers%4 != 0 || HeaderSize%64 != 0 {
+	if OffFutex%4 != 0 || OffRoom%4 != 0 || GLock%64 != 0 || OffSleepers%4 != 0 || HeaderSize%64 != 0 {
 		panic("ringlayout: misaligned header")
 	}
 }
@@ -139,4 +229,17 @@ func Length(slots, slotSize int64) (int64, error) {
 		return 0, fmt.Errorf("slot size %d bytes is not a multiple of 8", slotSize)
 	}
 	return HeaderSize + slots*slotSize, nil
+}
+
+// LengthWithTables returns Length plus 64 pending tables of inFlight
+// entries each, or an error when inFlight is out of [0, MaxInFlight].
+func LengthWithTables(slots, slotSize, inFlight int64) (int64, error) {
+	n, err := Length(slots, slotSize)
+	if err != nil {
+		return 0, err
+	}
+	if inFlight < 0 || inFlight > MaxInFlight {
+		return 0, fmt.Errorf("max in flight %d outside [0, %d]", inFlight, MaxInFlight)
+	}
+	return n + Groups*inFlight*PendSize, nil
 }

@@ -126,9 +126,13 @@ func (r *report) targets() []target {
 		mk("counter add vs Redis INCR, 1 per round trip (1 proc)", r.ratio(r.vsizes()[0], 1, OpAdd, "Redis"), 500)
 		mk("counter add vs Redis INCR, 1 per round trip (2 procs)", r.ratio(r.vsizes()[0], 2, OpAdd, "Redis"), 500)
 	}
-	var ring, spin, sock float64
+	var ring, spin, sock, acked, streams float64
 	for _, x := range r.ring {
 		switch x.peer {
+		case "shmarena ring acked":
+			acked = x.throughput
+		case "Redis Streams":
+			streams = x.throughput
 		case "shmarena ring":
 			ring = x.throughput
 		case "shmarena ring+spin":
@@ -142,6 +146,12 @@ func (r *report) targets() []target {
 	}
 	if spin > 0 && sock > 0 {
 		mk(fmt.Sprintf("ring throughput vs Unix socket (consumer polls %v before Wait)", spinFor), spin/sock, 10)
+	}
+	if acked > 0 && ring > 0 {
+		mk("at-least-once group (WithAck, PublishWait, Claim(64)+Ack) vs at-most-once group", acked/ring, 0.5)
+	}
+	if acked > 0 && streams > 0 {
+		mk("at-least-once group vs Redis Streams XREADGROUP + XACK", acked/streams, 10)
 	}
 	return ts
 }

@@ -40,7 +40,18 @@ const (
 // "shmarena ring+spin" is the same ring with a consumer that polls Claim
 // for up to spinFor before it sleeps in Wait: it shows what the ring gives
 // when the producer's Publish need not make a futex wake-up system call.
-var ringPeers = []string{"shmarena ring", "shmarena ring+spin", "Unix socket", "pipe", "Redis Streams"}
+//
+// "shmarena ring acked" is an at-least-once group (WithAck): the producer
+// uses PublishWait, the consumer Claim(64) then Ack of the batch, the
+// counterpart of Redis Streams' XREADGROUP + XACK.
+var ringPeers = []string{"shmarena ring", "shmarena ring+spin", "shmarena ring acked", "Unix socket", "pipe", "Redis Streams"}
+
+// ackedInFlight is the acked ring's pending-table capacity per group.
+const ackedInFlight = 256
+
+func ackedRingOptions() []shmarena.RegionOption {
+	return []shmarena.RegionOption{shmarena.WithSlots(ringSlots), shmarena.WithSlotSize(ringSlotSize), shmarena.WithMaxInFlight(ackedInFlight)}
+}
 
 const spinFor = 20 * time.Microsecond
 
@@ -124,6 +135,29 @@ func ringWorker(peerName, dir, addr, argStr string) error {
 		return err
 	}
 	switch peerName {
+	case "shmarena ring acked":
+		a, err := shmarena.Open(filepath.Join(dir, "ring-arena"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		r, err := a.Ring("work", ackedRingOptions()...)
+		if err != nil {
+			return err
+		}
+		if err := awaitGo(); err != nil {
+			return err
+		}
+		ctx := context.Background()
+		err = producer(arg, func(p []byte) error {
+			_, err := r.PublishWait(ctx, "jobs", p)
+			return err
+		}, nil)
+		if err != nil {
+			return err
+		}
+		_, err = r.PublishWait(ctx, "end", nil)
+		return err
 	case "shmarena ring", "shmarena ring+spin":
 		a, err := shmarena.Open(filepath.Join(dir, "ring-arena"))
 		if err != nil {
@@ -236,6 +270,56 @@ func ringRun(peerName, dir, addr string, arg ringArg) (recv, time.Duration, erro
 	var err error
 	var consume func() error
 	switch peerName {
+	case "shmarena ring acked":
+		path := filepath.Join(dir, "ring-arena")
+		os.Remove(path)
+		size, _ := shmarena.RingBytes(ackedRingOptions()...)
+		a, err := shmarena.Open(path, shmarena.WithSize(shmarena.MinSize+size))
+		if err != nil {
+			return rc, 0, err
+		}
+		defer os.Remove(path)
+		defer a.Close()
+		r, err := a.Ring("work", ackedRingOptions()...)
+		if err != nil {
+			return rc, 0, err
+		}
+		g, err := r.Group("workers", shmarena.WithAck(30*time.Second))
+		if err != nil {
+			return rc, 0, err
+		}
+		consume = func() error {
+			for {
+				recs := g.Claim(64)
+				end := false
+				for _, rec := range recs {
+					if rec.Topic == "end" {
+						end = true
+						continue
+					}
+					rc.got(rec.Payload)
+				}
+				if len(recs) > 0 {
+					if err := g.Ack(recs...); err != nil {
+						return err
+					}
+				}
+				if end {
+					if st := g.Stats(); st.Lapped+st.Abandoned+st.Redelivered != 0 {
+						return fmt.Errorf("acked ring lost or redelivered records: %+v", st)
+					}
+					return nil
+				}
+				if len(recs) == 0 {
+					if err := g.Wait(ctx); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if c, err = spawn(args...); err != nil {
+			return rc, 0, err
+		}
 	case "shmarena ring", "shmarena ring+spin":
 		spin := peerName == "shmarena ring+spin"
 		path := filepath.Join(dir, "ring-arena")
@@ -428,7 +512,7 @@ func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 		out = append(out, res)
 	}
 	notes = append(notes, fmt.Sprintf("Ring: %d-byte payloads, producer in a separate process, consumer group of one member "+
-		"(shmarena: Group.Claim(64)/Wait; Redis: XREADGROUP COUNT 64 BLOCK 0 + XACK, producer XADD pipelined %d deep for throughput, one per round trip for latency); "+
+		"(shmarena: Group.Claim(64)/Wait; acked: WithAck, PublishWait, Claim(64) then Ack of the batch; Redis: XREADGROUP COUNT 64 BLOCK 0 + XACK, producer XADD pipelined %d deep for throughput, one per round trip for latency); "+
 		"socket and pipe: one write(2) per record, consumer reads through a 64 KiB bufio.Reader.", ringPayload, batch))
 	return out, notes, nil
 }
