@@ -244,6 +244,20 @@ func wakeConsumerRole(path, arg string) error {
 // processes). Reported: median and 99th percentile in ns.
 func BenchmarkWakeLatency(b *testing.B) {
 	asChild(map[string]func(string, string) error{"wake": wakeConsumerRole})
+	// "asleep" first lets the consumer sleep 200 µs, as
+	// BenchmarkPublishWaitWake/asleep does its producer: the difference
+	// from "armed" is what waking a thread that has gone idle costs on
+	// the machine, whoever wakes it.
+	for _, asleep := range []time.Duration{0, 200 * time.Microsecond} {
+		name := "armed"
+		if asleep > 0 {
+			name = "asleep"
+		}
+		b.Run(name, func(b *testing.B) { wakeLatency(b, asleep) })
+	}
+}
+
+func wakeLatency(b *testing.B, asleep time.Duration) {
 	a, path := openTestArena(b, 1<<20)
 	r, err := a.Ring("wake", WithSlots(64), WithSlotSize(64))
 	require.NoError(b, err)
@@ -260,6 +274,9 @@ func BenchmarkWakeLatency(b *testing.B) {
 		// Publish only to a consumer that has taken everything and sleeps.
 		for r.sleepers() == 0 || g.Position() != r.Head() {
 			runtime.Gosched()
+		}
+		if asleep > 0 {
+			time.Sleep(asleep)
 		}
 		if _, err := r.Publish("t", []byte(strconv.FormatInt(monoNow(), 10))); err != nil {
 			b.Fatal(err)
