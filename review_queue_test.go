@@ -1,0 +1,70 @@
+package shmarena
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Review of the at-least-once groups (issue 14): each test shows a defect.
+
+// twoMembers opens a second arena handle (its own token, alive) on path
+// and joins the same group with the same options.
+func twoMembers(t *testing.T, path string, opts ...ReaderOption) *Group {
+	t.Helper()
+	a2, err := Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a2.Close() })
+	r2 := smallRing(t, a2)
+	g2, err := r2.Group("w", opts...)
+	require.NoError(t, err)
+	return g2
+}
+
+// A lease of "forever" (math.MaxInt64, accepted by WithAck) overflows the
+// deadline now+lease to a negative number: every live lease is due at
+// once, and a second live member gets the same record.
+func TestReviewHugeLeaseDeliversToTwoLiveMembers(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	opts := []ReaderOption{WithAck(math.MaxInt64)}
+	g, err := r.Group("w", opts...)
+	require.NoError(t, err)
+	g2 := twoMembers(t, path, opts...)
+	publishN(t, r, "t", 1)
+	require.Len(t, g.Claim(1), 1)
+	assert.Empty(t, seqs(g2.Claim(1)), "record 1 is leased to a live member for ~292 years")
+}
+
+// Extend by a huge duration overflows the same way: the record is handed
+// to another live member at once.
+func TestReviewHugeExtendDeliversToTwoLiveMembers(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	opts := []ReaderOption{WithAck(time.Hour)}
+	g, err := r.Group("w", opts...)
+	require.NoError(t, err)
+	g2 := twoMembers(t, path, opts...)
+	publishN(t, r, "t", 1)
+	recs := g.Claim(1)
+	require.Len(t, recs, 1)
+	require.NoError(t, g.Extend(recs[0], math.MaxInt64))
+	assert.Empty(t, seqs(g2.Claim(1)), "record 1's lease was extended, not ended")
+}
+
+// Nack with a huge delay overflows: the record is redelivered at once
+// instead of "after the delay".
+func TestReviewHugeNackDelayRedeliversAtOnce(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 1)
+	recs := g.Claim(1)
+	require.Len(t, recs, 1)
+	require.NoError(t, g.Nack(recs[0], math.MaxInt64))
+	assert.Empty(t, seqs(g.Claim(1)), "a record nacked with a ~292-year delay is not due now")
+}
