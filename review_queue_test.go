@@ -68,3 +68,17 @@ func TestReviewHugeNackDelayRedeliversAtOnce(t *testing.T) {
 	require.NoError(t, g.Nack(recs[0], math.MaxInt64))
 	assert.Empty(t, seqs(g.Claim(1)), "a record nacked with a ~292-year delay is not due now")
 }
+
+// checkAckConfig refuses every group, even an at-most-once one without a
+// dead-letter topic, on a ring whose slots hold fewer than 16 bytes of
+// body (WithSlotSize(32), a shape Ring accepts): the dead-letter header
+// check does not look at whether a dead-letter topic was asked for.
+func TestReviewSmallSlotRingRefusesEveryGroup(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r, err := a.Ring("small", WithSlots(8), WithSlotSize(32))
+	require.NoError(t, err)
+	_, err = r.Group("plain")
+	assert.NoError(t, err, "an at-most-once group needs no dead-letter header")
+	_, err = r.Group("acking", WithAck(time.Second))
+	assert.NoError(t, err, "an acking group without WithDeadLetter needs no dead-letter header")
+}
