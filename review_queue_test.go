@@ -82,3 +82,35 @@ func TestReviewSmallSlotRingRefusesEveryGroup(t *testing.T) {
 	_, err = r.Group("acking", WithAck(time.Second))
 	assert.NoError(t, err, "an acking group without WithDeadLetter needs no dead-letter header")
 }
+
+// A member killed after publishing a dead letter that overwrote the
+// record's own slot (a full ring: the dead letter may take the slot of the
+// record it replaces) and before finishing the record: the next holder
+// finds the record overwritten and counts it as lapped, not dead-lettered,
+// so a protected group reports a lapped record and DeadLettered 0 although
+// the dead letter was published (the docs promise exact counts whatever
+// instruction a member is killed at, and a protected group is never lapped).
+func TestReviewDeadLetterCrashOnFullRingCountsLapped(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r, g, err := ackCrashRing(a)
+	require.NoError(t, err)
+	for i := 0; i < 16; i++ { // the ring is full: the dead letter takes slot 1
+		_, err := r.Publish("jobs", []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	killParked(t, child(t, "ack-crash", "SHMARENA_PATH="+path, "SHMARENA_POINT=dead-lettered"), "dead-lettered")
+	for i := 0; i < 20; i++ {
+		require.NoError(t, g.Ack(g.Claim(0)...))
+	}
+	letters := 0
+	c := r.Cursor(FromStart())
+	for rec, ok := c.Next(); ok; rec, ok = c.Next() {
+		if rec.Topic == "dead" {
+			letters++
+		}
+	}
+	require.Equal(t, 1, letters, "the dead letter was published")
+	st := g.Stats()
+	assert.Equal(t, uint64(1), st.DeadLettered, "stats %+v", st)
+	assert.Zero(t, st.Lapped, "a protected group is never lapped: %+v", st)
+}
