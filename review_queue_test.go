@@ -114,3 +114,48 @@ func TestReviewDeadLetterCrashOnFullRingCountsLapped(t *testing.T) {
 	assert.Equal(t, uint64(1), st.DeadLettered, "stats %+v", st)
 	assert.Zero(t, st.Lapped, "a protected group is never lapped: %+v", st)
 }
+
+// A Record carries no trace of the ring or group that leased it: Ack on
+// group y with a record claimed from ring x acks y's record of the same
+// sequence, which this member claimed but never processed. The record is
+// lost (finished, never redelivered) and Ack returns nil.
+func TestReviewAckWithRecordOfAnotherRing(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	rx, err := a.Ring("x", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	ry, err := a.Ring("y", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	gx, err := rx.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	gy, err := ry.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	_, err = rx.Publish("t", []byte("x-job"))
+	require.NoError(t, err)
+	_, err = ry.Publish("t", []byte("y-job"))
+	require.NoError(t, err)
+	fromX := gx.Claim(1)
+	require.Len(t, fromX, 1)
+	require.Len(t, gy.Claim(1), 1) // claimed, then the worker is confused
+	err = gy.Ack(fromX[0])
+	assert.Error(t, err, "a record of ring x is not a lease of ring y's group")
+	assert.Equal(t, 1, gy.Stats().Pending, "y's record 1 was never processed")
+}
+
+// The same with a group dropped and made again FromStart: the old
+// group's record acks the new group's lease of the same sequence.
+func TestReviewAckWithRecordOfDroppedGroup(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	old, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 1)
+	stale := old.Claim(1)
+	require.Len(t, stale, 1)
+	require.NoError(t, r.DropGroup("w"))
+	fresh, err := r.Group("w", WithAck(time.Hour), FromStart())
+	require.NoError(t, err)
+	require.Len(t, fresh.Claim(1), 1)
+	err = fresh.Ack(stale[0])
+	assert.ErrorIs(t, err, ErrLeaseLost, "a record of the dropped group is not a lease of the new one")
+	assert.Equal(t, 1, fresh.Stats().Pending, "the new group's lease is not finished by it")
+}
