@@ -1,7 +1,9 @@
 package shmarena
 
 import (
+	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,4 +160,42 @@ func TestReviewAckWithRecordOfDroppedGroup(t *testing.T) {
 	err = fresh.Ack(stale[0])
 	assert.ErrorIs(t, err, ErrLeaseLost, "a record of the dropped group is not a lease of the new one")
 	assert.Equal(t, 1, fresh.Stats().Pending, "the new group's lease is not finished by it")
+}
+
+// A protected group made while a producer publishes is lapped by every
+// record published between the creator reading the head (its position)
+// and setting the group's bit in the protected mask: with the mask still
+// 0 the producer checks nothing. ring_full.go says only "a record
+// published by a producer that had already passed the check counts as
+// lapped"; in practice a new FromStart acking group loses several records
+// (up to a whole run of publishes when the creator is descheduled).
+func TestReviewNewProtectedGroupLappedByConcurrentProducer(t *testing.T) {
+	a, _ := openTestArena(t, 4<<20)
+	r, err := a.Ring("fs", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	worst := GroupStats{}
+	for i := 0; i < 2000 && worst.Lapped <= 1; i++ {
+		var stop atomic.Bool
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for !stop.Load() {
+				if _, err := r.Publish("t", nil); errors.Is(err, ErrRingFull) {
+					return // the new group protects its records from here on
+				}
+			}
+		}()
+		g, err := r.Group("g", WithAck(time.Hour), FromStart())
+		require.NoError(t, err)
+		<-done
+		stop.Store(true)
+		for k := 0; k < 4; k++ {
+			require.NoError(t, g.Ack(g.Claim(0)...))
+		}
+		if st := g.Stats(); st.Lapped > worst.Lapped {
+			worst = st
+		}
+		require.NoError(t, r.DropGroup("g"))
+	}
+	assert.LessOrEqual(t, worst.Lapped, uint64(1), "a new protected group lapped by more than the one publish in flight: %+v", worst)
 }
