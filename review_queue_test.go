@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/mem"
+	rl "github.com/shmarena/shmarena/internal/ringlayout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -198,4 +200,22 @@ func TestReviewNewProtectedGroupLappedByConcurrentProducer(t *testing.T) {
 		require.NoError(t, r.DropGroup("g"))
 	}
 	assert.LessOrEqual(t, worst.Lapped, uint64(1), "a new protected group lapped by more than the one publish in flight: %+v", worst)
+}
+
+// A damaged pending entry keeps its damaged delivery count (the low 32
+// bits of the state word): one of 2^32-1 wraps to Deliveries 0 on the
+// redelivery, a lease that Ack then refuses as lost (Ack wants
+// Deliveries > 0), so the member that holds it cannot finish it.
+func TestReviewDamagedEntryRedeliveredUnackable(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 1)
+	require.Len(t, g.Claim(1), 1)
+	mem.Store64(r.b, g.entry(1)+rl.PState, 0xdead<<32|0xffffffff) // a damaged state word
+	again := g.Claim(1)
+	require.Len(t, again, 1, "the damaged entry's record is delivered again")
+	assert.Positive(t, again[0].Deliveries, "a delivery count is 1 or more")
+	assert.NoError(t, g.Ack(again[0]), "the member holding the lease can ack it")
 }
