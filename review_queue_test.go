@@ -219,3 +219,25 @@ func TestReviewDamagedEntryRedeliveredUnackable(t *testing.T) {
 	assert.Positive(t, again[0].Deliveries, "a delivery count is 1 or more")
 	assert.NoError(t, g.Ack(again[0]), "the member holding the lease can ack it")
 }
+
+// README "Finding a stuck group", Ring.DropGroup and GroupStats.Lag say a
+// protected group nobody reads shows "Lag growing". It cannot grow: the
+// group holds producers back, so the head stops one lap past its floor
+// and Lag stays at the ring's slots (what grows is RingStats.Full or
+// Waited). README also says OldestPending grows past the lease, while
+// DropGroup's doc says it does not move; with nobody reading it is 0.
+func TestReviewStuckGroupLagDoesNotGrow(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Millisecond))
+	require.NoError(t, err)
+	publishN(t, r, "t", 8)
+	before := g.Stats()
+	for i := 0; i < 100; i++ {
+		_, _ = r.Publish("t", nil) // producers keep publishing; nobody reads
+	}
+	time.Sleep(5 * time.Millisecond) // past the lease
+	after := g.Stats()
+	assert.Greater(t, after.Lag, before.Lag, "the documented sign of a stuck group: Lag growing (full %d)", r.Stats().Full)
+	assert.Greater(t, after.OldestPending, time.Millisecond, "README: OldestPending growing past the lease")
+}
