@@ -241,3 +241,23 @@ func TestReviewStuckGroupLagDoesNotGrow(t *testing.T) {
 	assert.Greater(t, after.Lag, before.Lag, "the documented sign of a stuck group: Lag growing (full %d)", r.Stats().Full)
 	assert.Greater(t, after.OldestPending, time.Millisecond, "README: OldestPending growing past the lease")
 }
+
+// findOrCreateGroup marks a new entry ready before it sets the entry's bit
+// in the protected mask, and nothing repairs the mask: a creator killed
+// between the two stores (emulated here by clearing the bit) leaves an
+// acking group that members join and claim from but that no producer
+// respects, so its records are overwritten before they are delivered.
+func TestReviewKilledCreatorLeavesAckingGroupUnprotected(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	bit := uint64(1) << ((g.goff - r.off - rl.OffGroups) / rl.GroupSize)
+	mem.Store64(r.b, r.off+rl.OffProtected, mem.Load64(r.b, r.off+rl.OffProtected)&^bit) // the kill point
+	g2 := twoMembers(t, path, WithAck(time.Hour))                                        // a member joins: the group is there
+	publishN(t, r, "t", 8)
+	_, err = r.Publish("t", []byte("ninth"))
+	assert.ErrorIs(t, err, ErrRingFull, "record 1 is not finished by the acking group")
+	recs := g2.Claim(0)
+	assert.Equal(t, uint64(0), g2.Stats().Lapped, "an acking group is never lapped; claimed %v", seqs(recs))
+}
