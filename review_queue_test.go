@@ -261,3 +261,33 @@ func TestReviewKilledCreatorLeavesAckingGroupUnprotected(t *testing.T) {
 	recs := g2.Claim(0)
 	assert.Equal(t, uint64(0), g2.Stats().Lapped, "an acking group is never lapped; claimed %v", seqs(recs))
 }
+
+// Two acking groups with dead-letter topics give up on the same record
+// of a full ring: each dead letter needs the slot of that record, which
+// the other group has not finished (its floor is there too, and only the
+// dead-lettering group's own floor is excused). Neither can ever
+// dead-letter it, so neither finishes it, and the ring is full for good:
+// no publish succeeds again until a DropGroup.
+func TestReviewTwoGroupsDeadLetterSameRecordDeadlock(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g1, err := r.Group("g1", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead1"))
+	require.NoError(t, err)
+	g2, err := r.Group("g2", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead2"))
+	require.NoError(t, err)
+	publishN(t, r, "jobs", 8) // full
+	for _, g := range []*Group{g1, g2} {
+		recs := g.Claim(0)
+		require.Len(t, recs, 8)
+		require.NoError(t, g.Nack(recs[0], 0)) // record 1 is poison for both
+		require.NoError(t, g.Ack(recs[1:]...))
+	}
+	for i := 0; i < 10; i++ {
+		g1.Claim(0)
+		g2.Claim(0)
+	}
+	assert.Equal(t, uint64(1), g1.Stats().DeadLettered, "g1 gave up on record 1: %+v", g1.Stats())
+	assert.Equal(t, uint64(1), g2.Stats().DeadLettered, "g2 gave up on record 1: %+v", g2.Stats())
+	_, err = r.Publish("jobs", []byte("next"))
+	assert.NoError(t, err, "every group is done with every record but the poison one")
+}
