@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"context"
 	"errors"
 	"math"
 	"sync/atomic"
@@ -290,4 +291,31 @@ func TestReviewTwoGroupsDeadLetterSameRecordDeadlock(t *testing.T) {
 	assert.Equal(t, uint64(1), g2.Stats().DeadLettered, "g2 gave up on record 1: %+v", g2.Stats())
 	_, err = r.Publish("jobs", []byte("next"))
 	assert.NoError(t, err, "every group is done with every record but the poison one")
+}
+
+// Group.Wait counts a due lease as claimable even when Claim cannot take
+// it (its dead letter finds no room), so Wait returns at once, Claim
+// returns nothing, and a Records loop spins on the CPU instead of
+// sleeping. Here a group waits 50 ms while its only due lease cannot be
+// dead-lettered because another group holds the ring full.
+func TestReviewWaitSpinsOnUnclaimableDueLease(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g1, err := r.Group("g1", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead1"))
+	require.NoError(t, err)
+	_, err = r.Group("slow", WithTopic("jobs"), WithAck(time.Hour)) // never claims yet
+	require.NoError(t, err)
+	publishN(t, r, "jobs", 8)
+	recs := g1.Claim(0)
+	require.Len(t, recs, 8)
+	require.NoError(t, g1.Nack(recs[0], 0))
+	require.NoError(t, g1.Ack(recs[1:]...))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	wakes := 0
+	for ctx.Err() == nil && wakes < 1000 && g1.Wait(ctx) == nil {
+		require.Empty(t, g1.Claim(0), "nothing is claimable")
+		wakes++
+	}
+	assert.Less(t, wakes, 10, "Wait returned %d times (stopped at 1000) with nothing to claim, never sleeping", wakes)
 }
