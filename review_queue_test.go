@@ -319,3 +319,19 @@ func TestReviewWaitSpinsOnUnclaimableDueLease(t *testing.T) {
 	}
 	assert.Less(t, wakes, 10, "Wait returned %d times (stopped at 1000) with nothing to claim, never sleeping", wakes)
 }
+
+// Mine is kept per arena handle and group entry, not per group: a group
+// made in the entry a dropped group left (any name) starts with the
+// dropped group's Mine, though this process claimed nothing from it.
+func TestReviewMineSurvivesDropGroup(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	old, err := r.Group("old")
+	require.NoError(t, err)
+	publishN(t, r, "t", 3)
+	require.Len(t, old.Claim(0), 3)
+	require.NoError(t, r.DropGroup("old"))
+	fresh, err := r.Group("fresh")
+	require.NoError(t, err)
+	assert.Zero(t, fresh.Stats().Mine, "this process claimed nothing from the new group")
+}
