@@ -335,3 +335,22 @@ func TestReviewMineSurvivesDropGroup(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, fresh.Stats().Mine, "this process claimed nothing from the new group")
 }
+
+// A damaged floor word (here past the position) stops an acking group for
+// good with no error anywhere: Claim returns nothing while records wait,
+// Ack of a held lease says ErrLeaseLost rather than ErrCorrupt, and once
+// the ring is full producers are held back by the stalled position. The
+// house rule asks for "a clear ErrCorrupt or a skipped entry".
+func TestReviewDamagedFloorStallsGroupSilently(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 4)
+	held := g.Claim(1)
+	require.Len(t, held, 1)
+	mem.Store64(r.b, g.goff+rl.GFloor, 1000) // damaged: past the position
+	err = g.Ack(held...)
+	assert.ErrorIs(t, err, ErrCorrupt, "the damage is reported, not a lost lease")
+	assert.NotEmpty(t, g.Claim(0), "records 2-4 wait; the group claims nothing and says nothing")
+}
