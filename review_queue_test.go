@@ -1,0 +1,356 @@
+package shmarena
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shmarena/shmarena/internal/mem"
+	rl "github.com/shmarena/shmarena/internal/ringlayout"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Review of the at-least-once groups (issue 14): each test shows a defect.
+
+// twoMembers opens a second arena handle (its own token, alive) on path
+// and joins the same group with the same options.
+func twoMembers(t *testing.T, path string, opts ...ReaderOption) *Group {
+	t.Helper()
+	a2, err := Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a2.Close() })
+	r2 := smallRing(t, a2)
+	g2, err := r2.Group("w", opts...)
+	require.NoError(t, err)
+	return g2
+}
+
+// A lease of "forever" (math.MaxInt64, accepted by WithAck) overflows the
+// deadline now+lease to a negative number: every live lease is due at
+// once, and a second live member gets the same record.
+func TestReviewHugeLeaseDeliversToTwoLiveMembers(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	opts := []ReaderOption{WithAck(math.MaxInt64)}
+	g, err := r.Group("w", opts...)
+	require.NoError(t, err)
+	g2 := twoMembers(t, path, opts...)
+	publishN(t, r, "t", 1)
+	require.Len(t, g.Claim(1), 1)
+	assert.Empty(t, seqs(g2.Claim(1)), "record 1 is leased to a live member for ~292 years")
+}
+
+// Extend by a huge duration overflows the same way: the record is handed
+// to another live member at once.
+func TestReviewHugeExtendDeliversToTwoLiveMembers(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	opts := []ReaderOption{WithAck(time.Hour)}
+	g, err := r.Group("w", opts...)
+	require.NoError(t, err)
+	g2 := twoMembers(t, path, opts...)
+	publishN(t, r, "t", 1)
+	recs := g.Claim(1)
+	require.Len(t, recs, 1)
+	require.NoError(t, g.Extend(recs[0], math.MaxInt64))
+	assert.Empty(t, seqs(g2.Claim(1)), "record 1's lease was extended, not ended")
+}
+
+// Nack with a huge delay overflows: the record is redelivered at once
+// instead of "after the delay".
+func TestReviewHugeNackDelayRedeliversAtOnce(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 1)
+	recs := g.Claim(1)
+	require.Len(t, recs, 1)
+	require.NoError(t, g.Nack(recs[0], math.MaxInt64))
+	assert.Empty(t, seqs(g.Claim(1)), "a record nacked with a ~292-year delay is not due now")
+}
+
+// checkAckConfig refuses every group, even an at-most-once one without a
+// dead-letter topic, on a ring whose slots hold fewer than 16 bytes of
+// body (WithSlotSize(32), a shape Ring accepts): the dead-letter header
+// check does not look at whether a dead-letter topic was asked for.
+func TestReviewSmallSlotRingRefusesEveryGroup(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r, err := a.Ring("small", WithSlots(8), WithSlotSize(32))
+	require.NoError(t, err)
+	_, err = r.Group("plain")
+	assert.NoError(t, err, "an at-most-once group needs no dead-letter header")
+	_, err = r.Group("acking", WithAck(time.Second))
+	assert.NoError(t, err, "an acking group without WithDeadLetter needs no dead-letter header")
+}
+
+// A member killed after publishing a dead letter that overwrote the
+// record's own slot (a full ring: the dead letter may take the slot of the
+// record it replaces) and before finishing the record: the next holder
+// finds the record overwritten and counts it as lapped, not dead-lettered,
+// so a protected group reports a lapped record and DeadLettered 0 although
+// the dead letter was published (the docs promise exact counts whatever
+// instruction a member is killed at, and a protected group is never lapped).
+func TestReviewDeadLetterCrashOnFullRingCountsLapped(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r, g, err := ackCrashRing(a)
+	require.NoError(t, err)
+	for i := 0; i < 16; i++ { // the ring is full: the dead letter takes slot 1
+		_, err := r.Publish("jobs", []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	killParked(t, child(t, "ack-crash", "SHMARENA_PATH="+path, "SHMARENA_POINT=dead-lettered"), "dead-lettered")
+	for i := 0; i < 20; i++ {
+		require.NoError(t, g.Ack(g.Claim(0)...))
+	}
+	letters := 0
+	c := r.Cursor(FromStart())
+	for rec, ok := c.Next(); ok; rec, ok = c.Next() {
+		if rec.Topic == "dead" {
+			letters++
+		}
+	}
+	require.Equal(t, 1, letters, "the dead letter was published")
+	st := g.Stats()
+	assert.Equal(t, uint64(1), st.DeadLettered, "stats %+v", st)
+	assert.Zero(t, st.Lapped, "a protected group is never lapped: %+v", st)
+}
+
+// A Record carries no trace of the ring or group that leased it: Ack on
+// group y with a record claimed from ring x acks y's record of the same
+// sequence, which this member claimed but never processed. The record is
+// lost (finished, never redelivered) and Ack returns nil.
+func TestReviewAckWithRecordOfAnotherRing(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	rx, err := a.Ring("x", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	ry, err := a.Ring("y", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	gx, err := rx.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	gy, err := ry.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	_, err = rx.Publish("t", []byte("x-job"))
+	require.NoError(t, err)
+	_, err = ry.Publish("t", []byte("y-job"))
+	require.NoError(t, err)
+	fromX := gx.Claim(1)
+	require.Len(t, fromX, 1)
+	require.Len(t, gy.Claim(1), 1) // claimed, then the worker is confused
+	err = gy.Ack(fromX[0])
+	assert.Error(t, err, "a record of ring x is not a lease of ring y's group")
+	assert.Equal(t, 1, gy.Stats().Pending, "y's record 1 was never processed")
+}
+
+// The same with a group dropped and made again FromStart: the old
+// group's record acks the new group's lease of the same sequence.
+func TestReviewAckWithRecordOfDroppedGroup(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	old, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 1)
+	stale := old.Claim(1)
+	require.Len(t, stale, 1)
+	require.NoError(t, r.DropGroup("w"))
+	fresh, err := r.Group("w", WithAck(time.Hour), FromStart())
+	require.NoError(t, err)
+	require.Len(t, fresh.Claim(1), 1)
+	err = fresh.Ack(stale[0])
+	assert.ErrorIs(t, err, ErrLeaseLost, "a record of the dropped group is not a lease of the new one")
+	assert.Equal(t, 1, fresh.Stats().Pending, "the new group's lease is not finished by it")
+}
+
+// A protected group made while a producer publishes is lapped by every
+// record published between the creator reading the head (its position)
+// and setting the group's bit in the protected mask: with the mask still
+// 0 the producer checks nothing. ring_full.go says only "a record
+// published by a producer that had already passed the check counts as
+// lapped"; in practice a new FromStart acking group loses several records
+// (up to a whole run of publishes when the creator is descheduled).
+func TestReviewNewProtectedGroupLappedByConcurrentProducer(t *testing.T) {
+	a, _ := openTestArena(t, 4<<20)
+	r, err := a.Ring("fs", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	worst := GroupStats{}
+	for i := 0; i < 2000 && worst.Lapped <= 1; i++ {
+		var stop atomic.Bool
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for !stop.Load() {
+				if _, err := r.Publish("t", nil); errors.Is(err, ErrRingFull) {
+					return // the new group protects its records from here on
+				}
+			}
+		}()
+		g, err := r.Group("g", WithAck(time.Hour), FromStart())
+		require.NoError(t, err)
+		<-done
+		stop.Store(true)
+		for k := 0; k < 4; k++ {
+			require.NoError(t, g.Ack(g.Claim(0)...))
+		}
+		if st := g.Stats(); st.Lapped > worst.Lapped {
+			worst = st
+		}
+		require.NoError(t, r.DropGroup("g"))
+	}
+	assert.LessOrEqual(t, worst.Lapped, uint64(1), "a new protected group lapped by more than the one publish in flight: %+v", worst)
+}
+
+// A damaged pending entry keeps its damaged delivery count (the low 32
+// bits of the state word): one of 2^32-1 wraps to Deliveries 0 on the
+// redelivery, a lease that Ack then refuses as lost (Ack wants
+// Deliveries > 0), so the member that holds it cannot finish it.
+func TestReviewDamagedEntryRedeliveredUnackable(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 1)
+	require.Len(t, g.Claim(1), 1)
+	mem.Store64(r.b, g.entry(1)+rl.PState, 0xdead<<32|0xffffffff) // a damaged state word
+	again := g.Claim(1)
+	require.Len(t, again, 1, "the damaged entry's record is delivered again")
+	assert.Positive(t, again[0].Deliveries, "a delivery count is 1 or more")
+	assert.NoError(t, g.Ack(again[0]), "the member holding the lease can ack it")
+}
+
+// README "Finding a stuck group", Ring.DropGroup and GroupStats.Lag say a
+// protected group nobody reads shows "Lag growing". It cannot grow: the
+// group holds producers back, so the head stops one lap past its floor
+// and Lag stays at the ring's slots (what grows is RingStats.Full or
+// Waited). README also says OldestPending grows past the lease, while
+// DropGroup's doc says it does not move; with nobody reading it is 0.
+func TestReviewStuckGroupLagDoesNotGrow(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Millisecond))
+	require.NoError(t, err)
+	publishN(t, r, "t", 8)
+	before := g.Stats()
+	for i := 0; i < 100; i++ {
+		_, _ = r.Publish("t", nil) // producers keep publishing; nobody reads
+	}
+	time.Sleep(5 * time.Millisecond) // past the lease
+	after := g.Stats()
+	assert.Greater(t, after.Lag, before.Lag, "the documented sign of a stuck group: Lag growing (full %d)", r.Stats().Full)
+	assert.Greater(t, after.OldestPending, time.Millisecond, "README: OldestPending growing past the lease")
+}
+
+// findOrCreateGroup marks a new entry ready before it sets the entry's bit
+// in the protected mask, and nothing repairs the mask: a creator killed
+// between the two stores (emulated here by clearing the bit) leaves an
+// acking group that members join and claim from but that no producer
+// respects, so its records are overwritten before they are delivered.
+func TestReviewKilledCreatorLeavesAckingGroupUnprotected(t *testing.T) {
+	a, path := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	bit := uint64(1) << ((g.goff - r.off - rl.OffGroups) / rl.GroupSize)
+	mem.Store64(r.b, r.off+rl.OffProtected, mem.Load64(r.b, r.off+rl.OffProtected)&^bit) // the kill point
+	g2 := twoMembers(t, path, WithAck(time.Hour))                                        // a member joins: the group is there
+	publishN(t, r, "t", 8)
+	_, err = r.Publish("t", []byte("ninth"))
+	assert.ErrorIs(t, err, ErrRingFull, "record 1 is not finished by the acking group")
+	recs := g2.Claim(0)
+	assert.Equal(t, uint64(0), g2.Stats().Lapped, "an acking group is never lapped; claimed %v", seqs(recs))
+}
+
+// Two acking groups with dead-letter topics give up on the same record
+// of a full ring: each dead letter needs the slot of that record, which
+// the other group has not finished (its floor is there too, and only the
+// dead-lettering group's own floor is excused). Neither can ever
+// dead-letter it, so neither finishes it, and the ring is full for good:
+// no publish succeeds again until a DropGroup.
+func TestReviewTwoGroupsDeadLetterSameRecordDeadlock(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g1, err := r.Group("g1", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead1"))
+	require.NoError(t, err)
+	g2, err := r.Group("g2", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead2"))
+	require.NoError(t, err)
+	publishN(t, r, "jobs", 8) // full
+	for _, g := range []*Group{g1, g2} {
+		recs := g.Claim(0)
+		require.Len(t, recs, 8)
+		require.NoError(t, g.Nack(recs[0], 0)) // record 1 is poison for both
+		require.NoError(t, g.Ack(recs[1:]...))
+	}
+	for i := 0; i < 10; i++ {
+		g1.Claim(0)
+		g2.Claim(0)
+	}
+	assert.Equal(t, uint64(1), g1.Stats().DeadLettered, "g1 gave up on record 1: %+v", g1.Stats())
+	assert.Equal(t, uint64(1), g2.Stats().DeadLettered, "g2 gave up on record 1: %+v", g2.Stats())
+	_, err = r.Publish("jobs", []byte("next"))
+	assert.NoError(t, err, "every group is done with every record but the poison one")
+}
+
+// Group.Wait counts a due lease as claimable even when Claim cannot take
+// it (its dead letter finds no room), so Wait returns at once, Claim
+// returns nothing, and a Records loop spins on the CPU instead of
+// sleeping. Here a group waits 50 ms while its only due lease cannot be
+// dead-lettered because another group holds the ring full.
+func TestReviewWaitSpinsOnUnclaimableDueLease(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g1, err := r.Group("g1", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead1"))
+	require.NoError(t, err)
+	_, err = r.Group("slow", WithTopic("jobs"), WithAck(time.Hour)) // never claims yet
+	require.NoError(t, err)
+	publishN(t, r, "jobs", 8)
+	recs := g1.Claim(0)
+	require.Len(t, recs, 8)
+	require.NoError(t, g1.Nack(recs[0], 0))
+	require.NoError(t, g1.Ack(recs[1:]...))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	wakes := 0
+	for ctx.Err() == nil && wakes < 1000 && g1.Wait(ctx) == nil {
+		require.Empty(t, g1.Claim(0), "nothing is claimable")
+		wakes++
+	}
+	assert.Less(t, wakes, 10, "Wait returned %d times (stopped at 1000) with nothing to claim, never sleeping", wakes)
+}
+
+// Mine is kept per arena handle and group entry, not per group: a group
+// made in the entry a dropped group left (any name) starts with the
+// dropped group's Mine, though this process claimed nothing from it.
+func TestReviewMineSurvivesDropGroup(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	old, err := r.Group("old")
+	require.NoError(t, err)
+	publishN(t, r, "t", 3)
+	require.Len(t, old.Claim(0), 3)
+	require.NoError(t, r.DropGroup("old"))
+	fresh, err := r.Group("fresh")
+	require.NoError(t, err)
+	assert.Zero(t, fresh.Stats().Mine, "this process claimed nothing from the new group")
+}
+
+// A damaged floor word (here past the position) stops an acking group for
+// good with no error anywhere: Claim returns nothing while records wait,
+// Ack of a held lease says ErrLeaseLost rather than ErrCorrupt, and once
+// the ring is full producers are held back by the stalled position. The
+// house rule asks for "a clear ErrCorrupt or a skipped entry".
+func TestReviewDamagedFloorStallsGroupSilently(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g, err := r.Group("w", WithAck(time.Hour))
+	require.NoError(t, err)
+	publishN(t, r, "t", 4)
+	held := g.Claim(1)
+	require.Len(t, held, 1)
+	mem.Store64(r.b, g.goff+rl.GFloor, 1000) // damaged: past the position
+	err = g.Ack(held...)
+	assert.ErrorIs(t, err, ErrCorrupt, "the damage is reported, not a lost lease")
+	assert.NotEmpty(t, g.Claim(0), "records 2-4 wait; the group claims nothing and says nothing")
+}
