@@ -122,6 +122,7 @@ var mineCounts sync.Map // groupKey -> *atomic.Uint64
 type groupKey struct {
 	a    *Arena
 	goff int
+	gen  uint64 // the entry's generation: a group made anew there counts afresh
 }
 
 // forgetGroups drops the Mine counters of a closed arena, whose groups
@@ -191,10 +192,11 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, _ := mineCounts.LoadOrStore(groupKey{r.a, goff}, new(atomic.Uint64))
+	gen := mem.Load64(b, goff+rl.GGen)
+	m, _ := mineCounts.LoadOrStore(groupKey{r.a, goff, gen}, new(atomic.Uint64))
 	idx := (goff - r.off - rl.OffGroups) / rl.GroupSize
 	return &Group{
-		r: r, goff: goff, gen: mem.Load64(b, goff+rl.GGen), name: name, topic: cfg.topic, mine: m.(*atomic.Uint64),
+		r: r, goff: goff, gen: gen, name: name, topic: cfg.topic, mine: m.(*atomic.Uint64),
 		ack: cfg.lease > 0, protected: cfg.lease > 0 || cfg.backpressure, lease: cfg.lease,
 		maxDeliv: uint32(cfg.maxDeliv), dead: cfg.dead,
 		table: r.tables + idx*int(r.inFlight)*rl.PendSize,
@@ -232,12 +234,28 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 		if err := r.sameAckConfig(g, cfg); err != nil {
 			return 0, fmt.Errorf("shmarena: ring %s: group %s: %w", quote(r.name), quote(name), err)
 		}
+		// A creator killed between making the group ready and setting its
+		// mask bit left it unprotected: every joiner sets the bit again.
+		r.setProtected(g, cfg.lease > 0 || cfg.backpressure)
 		return g, nil
 	}
 	if free < 0 {
 		return 0, fmt.Errorf("shmarena: ring %s: group %s: %w: all %d entries are in use", quote(r.name), quote(name), ErrTooManyGroups, rl.Groups)
 	}
 	g := free
+	protected := cfg.lease > 0 || cfg.backpressure
+	if protected {
+		// Under the publish lock, so that no record is published between
+		// the head read below and the group's protection taking effect.
+		recovered, ok := rlock.Acquire(b, r.off+rl.OffLock, r.a.own)
+		if !ok {
+			return 0, ErrClosed
+		}
+		if recovered {
+			r.repair()
+		}
+		defer rlock.Release(b, r.off+rl.OffLock, r.a.self)
+	}
 	gen := mem.Load64(b, g+rl.GGen)
 	mem.Store64(b, g+rl.GState, rl.GroupCreating)
 	// The lock words stay: a member of a dropped group that held this
@@ -256,17 +274,23 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 	mem.Store64(b, g+rl.GPosition, pos)
 	r.initAck(g, cfg, pos)
 	mem.Store64(b, g+rl.GState, rl.GroupReady)
+	r.setProtected(g, protected)
+	if protected {
+		r.lowerFloor(pos) // after the mask bit: see room
+	}
+	return g, nil
+}
+
+// setProtected sets or clears group entry g's bit in the protected mask.
+func (r *Ring) setProtected(g int, protected bool) {
+	b := r.b
 	bit := uint64(1) << ((g - r.off - rl.OffGroups) / rl.GroupSize)
 	want := uint64(0)
-	if cfg.lease > 0 || cfg.backpressure {
+	if protected {
 		want = bit
 	}
 	for m := mem.Load64(b, r.off+rl.OffProtected); m&bit != want && !mem.CAS64(b, r.off+rl.OffProtected, m, m&^bit|want); m = mem.Load64(b, r.off+rl.OffProtected) {
 	}
-	if want != 0 {
-		r.lowerFloor(pos) // after the mask bit: see room
-	}
-	return g, nil
 }
 
 // Name returns the group's name.

@@ -100,7 +100,7 @@ func (r *Ring) checkAckConfig(c readerConfig) error {
 		return fmt.Errorf("%w: dead-letter topic %s is the group's own topic", ErrInvalid, quote(c.dead))
 	case c.deadSet && c.maxDeliv == 0:
 		return fmt.Errorf("%w: WithDeadLetter needs WithMaxDeliveries", ErrInvalid)
-	case r.maxBody < deadHeader+len(c.dead):
+	case c.deadSet && r.maxBody < deadHeader+len(c.dead):
 		return fmt.Errorf("%w: a slot cannot hold a dead letter's header", ErrInvalid)
 	}
 	return nil
@@ -238,6 +238,22 @@ func (g *Group) window() (floor, pos uint64, ok bool) {
 	return floor, pos, floor <= pos && pos-floor <= g.r.inFlight && pos < rl.MaxSeq
 }
 
+// repairWindow, with the lock held, clamps a damaged floor back into
+// [position - max in flight, position], so the group goes on claiming
+// (the records skipped or taken again are the damage's cost). A damaged
+// position (past MaxSeq) is left alone: nothing is claimed from it.
+func (g *Group) repairWindow() {
+	b := g.r.b
+	floor, pos := mem.Load64(b, g.goff+rl.GFloor), mem.Load64(b, g.goff+rl.GPosition)
+	switch {
+	case pos >= rl.MaxSeq:
+	case floor > pos:
+		mem.Store64(b, g.goff+rl.GFloor, pos)
+	case pos-floor > g.r.inFlight:
+		mem.Store64(b, g.goff+rl.GFloor, pos-g.r.inFlight)
+	}
+}
+
 // advanceFloor moves the floor past finished entries, with the lock held,
 // and wakes producers waiting for room (and members waiting for the
 // window) when it moved.
@@ -313,7 +329,7 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 	if len(out) > 0 {
 		prev = out[len(out)-1].Topic
 	}
-	deadline := uint64(now + int64(g.lease))
+	deadline := uint64(deadlineFrom(now, g.lease))
 	seq := pos
 	for ; seq < end && len(out) < max; seq++ {
 		rec, res := r.readInto(seq, g.topic != "", g.topic, prev, buf)
@@ -451,7 +467,10 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 			mem.Store64(b, e+rl.PHolder, 0)
 			mem.Store64(b, e+rl.PDeadline, 0)
 			mem.Store64(b, e+rl.PSince, uint64(now))
-			st = pendWord(rl.StPending, uint32(st))
+			// A damaged entry: its record goes out again as if delivered
+			// once, whatever count the damage left (one near 2^32 would
+			// wrap to 0, which no Ack matches).
+			st = pendWord(rl.StPending, 1)
 			mem.Store64(b, e+rl.PState, st)
 			mem.Store64(b, e+rl.PSeq, seq)
 		}
@@ -491,7 +510,7 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 		g.journalLease(seq, again, rl.GRedelivered)
 		mem.Store64(b, e+rl.PHolder, self)
 		crashPoint("reclaim")
-		mem.Store64(b, e+rl.PDeadline, uint64(now+int64(g.lease)))
+		mem.Store64(b, e+rl.PDeadline, uint64(deadlineFrom(now, g.lease)))
 		mem.Store64(b, e+rl.PState, again)
 		crashPoint("reclaimed")
 		applyLeaseJournal(b, g.goff, g.table, r.inFlight)

@@ -78,6 +78,11 @@ func (g *Group) settle(op settleOp, d time.Duration, recs []Record) error {
 	b := r.b
 	now := time.Now().UnixNano()
 	floor, pos, ok := g.window()
+	if !ok {
+		g.repairWindow()
+		g.unlockAck()
+		return fmt.Errorf("shmarena: ring %s: group %s: %w: floor and position out of order", quote(r.name), quote(g.name), ErrCorrupt)
+	}
 	var lost int
 	var first uint64
 	for _, rec := range recs {
@@ -97,11 +102,11 @@ func (g *Group) settle(op settleOp, d time.Duration, recs []Record) error {
 			mem.Store64(b, e+rl.PState, pendWord(rl.StDone, uint32(rec.Deliveries)))
 			crashPoint("ack")
 		case opNack:
-			mem.Store64(b, e+rl.PDeadline, uint64(now+int64(max(d, 0))))
+			mem.Store64(b, e+rl.PDeadline, uint64(deadlineFrom(now, max(d, 0))))
 			crashPoint("nack")
 			mem.Store64(b, e+rl.PHolder, 0)
 		case opExtend:
-			mem.Store64(b, e+rl.PDeadline, uint64(now+int64(d)))
+			mem.Store64(b, e+rl.PDeadline, uint64(deadlineFrom(now, d)))
 		}
 	}
 	if op == opAck {

@@ -25,9 +25,8 @@ import (
 // only by a producer that finds the slot it would overwrite at or past the
 // cache (about once per lap while consumers keep up). Floors only grow,
 // except that a new protected group starting FromStart lowers the true
-// floor: its creation lowers the cache (see room), but a record published
-// by a producer that had already passed the check counts as lapped for
-// it.
+// floor: it is created holding the publish lock, so no producer is past
+// its check meanwhile, and its creation lowers the cache (see room).
 
 // errNoRoom is a quiet publish's unwrapped refusal (see Ring.quiet), on
 // which PublishWait waits.
