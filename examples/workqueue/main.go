@@ -25,9 +25,9 @@
 //	m.Add("worker:<i>:done", 1)  // per-worker count
 //	m.Add("done", 1)             // the supervisor's progress count
 //
-// When a third of the jobs have gone by (-kill-at) the supervisor stops
-// worker 0 (SIGSTOP) at a moment it holds a batch it has not acked,
-// SIGKILLs it and starts it again. The
+// When a third of the jobs have gone by (-kill-at) the supervisor asks
+// worker 0 (the "crash" counter) to park inside its next batch, holding
+// leases it has not acked, SIGKILLs it there and starts it again. The
 // survivors see at once that the dead worker's handle is gone and take
 // its jobs again: those are done twice (the price of at least once), and
 // the group counts them as redelivered.

@@ -80,7 +80,7 @@ func supervise(c config) int {
 	kids = append(kids, p)
 	fmt.Printf("%d workers and a producer started\n", c.workers)
 
-	crashes, timedOut := 0, false
+	crashes, timedOut, asked := 0, false, false
 	deadline := t0.Add(c.timeout)
 	nextLine := t0.Add(500 * time.Millisecond)
 	var quietSince time.Time
@@ -90,17 +90,16 @@ func supervise(c config) int {
 		produced, _ := m.Counter("producer-done")
 		st := g.Stats()
 		now := time.Now()
-		if crashes == 0 && c.killAt > 0 && st.Position > uint64(c.killAt*float64(c.jobs)) {
-			// Stop worker 0 and look: killed while it holds a batch it has
-			// not acked (it counts "holding" down just before the ack),
-			// else let it go on and look again.
-			w := kids[0].cmd.Process
-			_ = w.Signal(syscall.SIGSTOP)
-			if holding, _ := m.Counter(workerKey(0, "holding")); holding <= 0 {
-				_ = w.Signal(syscall.SIGCONT)
-				time.Sleep(time.Millisecond)
-				continue
+		if crashes == 0 && c.killAt > 0 && st.Position > uint64(c.killAt*float64(c.jobs)) && !asked {
+			// Ask worker 0 to park inside its next batch (see work).
+			asked = true
+			if _, err := m.Add("crash", 1); err != nil {
+				fmt.Fprintln(os.Stderr, "workqueue:", err)
+				return exitSetup
 			}
+		}
+		if parked, _ := m.Counter(workerKey(0, "parked")); crashes == 0 && parked > 0 {
+			w := kids[0].cmd.Process
 			_ = w.Signal(syscall.SIGKILL)
 			_ = kids[0].cmd.Wait()
 			crashes++
@@ -108,6 +107,7 @@ func supervise(c config) int {
 			fmt.Printf("%6.1fs: SIGKILLed worker 0 (pid %d) holding a batch of %d jobs it had not acked, with %d jobs done in all\n",
 				now.Sub(t0).Seconds(), w.Pid, holding, done)
 			_, _ = m.Add(workerKey(0, "holding"), -holding)
+			_, _ = m.Add("crash", -1) // before the restart: the new worker 0 must not park
 			if kids[0], err = startChild(c, a, "worker", 0); err != nil {
 				fmt.Fprintln(os.Stderr, "workqueue:", err)
 				return exitSetup

@@ -100,6 +100,16 @@ func work(ctx context.Context, c config, g *shmarena.Group, m *shmarena.Map) err
 		if _, err := m.Add(workerKey(c.id, "holding"), int64(len(recs))); err != nil {
 			return err
 		}
+		// The supervisor asks worker 0 to crash mid-batch: it says it is
+		// parked here, holding leases it has not acked, and waits to be
+		// SIGKILLed (a signal alone could land between two batches).
+		if n, _ := m.Counter("crash"); c.id == 0 && n > 0 {
+			if _, err := m.Add(workerKey(0, "parked"), 1); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}
 		for _, rec := range recs {
 			if err := doJob(c, m, rec); err != nil {
 				return err
