@@ -238,6 +238,11 @@ func (g *Group) window() (floor, pos uint64, ok bool) {
 	return floor, pos, floor <= pos && pos-floor <= g.r.inFlight && pos < rl.MaxSeq
 }
 
+// leaseID identifies the group entry and generation that lease a record:
+// the entry's offset in the mapping (which tells rings apart too), mixed
+// by an odd multiplier (one-to-one), with the generation. Never 0.
+func (g *Group) leaseID() uint64 { return (uint64(g.goff)*0x9e3779b97f4a7c15 ^ g.gen) | 1 }
+
 // repairWindow, with the lock held, clamps a damaged floor back into
 // [position - max in flight, position], so the group goes on claiming
 // (the records skipped or taken again are the damage's cost). A damaged
@@ -349,6 +354,7 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 		mem.Store64(b, e+rl.PState, pendWord(rl.StPending, 1))
 		mem.Store64(b, e+rl.PSeq, seq)
 		rec.Deliveries = 1
+		rec.lease = g.leaseID()
 		prev = rec.Topic
 		out = append(out, rec)
 	}
@@ -516,6 +522,7 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 		applyLeaseJournal(b, g.goff, g.table, r.inFlight)
 		g.mine.Add(1)
 		rec.Deliveries = int(deliv + 1)
+		rec.lease = g.leaseID()
 		out = append(out, rec)
 	}
 	if finished {

@@ -87,7 +87,7 @@ func (g *Group) settle(op settleOp, d time.Duration, recs []Record) error {
 	var first uint64
 	for _, rec := range recs {
 		e := g.entry(rec.Seq)
-		if !ok || rec.Seq < floor || rec.Seq >= pos || rec.Deliveries <= 0 || int64(rec.Deliveries) > math.MaxUint32 ||
+		if !ok || rec.lease != g.leaseID() || rec.Seq < floor || rec.Seq >= pos || rec.Deliveries <= 0 || int64(rec.Deliveries) > math.MaxUint32 ||
 			mem.Load64(b, e+rl.PSeq) != rec.Seq ||
 			mem.Load64(b, e+rl.PState) != pendWord(rl.StPending, uint32(rec.Deliveries)) ||
 			mem.Load64(b, e+rl.PHolder) != r.a.self {

@@ -126,7 +126,6 @@ func TestQueueReviewDeadLetterCrashOnFullRingCountsLapped(t *testing.T) {
 // sequence, which this member claimed but never processed. The record is
 // lost (finished, never redelivered) and Ack returns nil.
 func TestQueueReviewAckWithRecordOfAnotherRing(t *testing.T) {
-	t.Skip("open bug, issue 14 (found in review; fix and remove this skip): a Record carries no lease identity: Ack accepts one of another ring")
 	a, _ := openTestArena(t, 1<<20)
 	rx, err := a.Ring("x", WithSlots(8), WithSlotSize(64))
 	require.NoError(t, err)
@@ -151,7 +150,6 @@ func TestQueueReviewAckWithRecordOfAnotherRing(t *testing.T) {
 // The same with a group dropped and made again FromStart: the old
 // group's record acks the new group's lease of the same sequence.
 func TestQueueReviewAckWithRecordOfDroppedGroup(t *testing.T) {
-	t.Skip("open bug, issue 14 (found in review; fix and remove this skip): a Record carries no lease identity: Ack accepts one of a dropped and re-made group")
 	a, _ := openTestArena(t, 1<<20)
 	r := smallRing(t, a)
 	old, err := r.Group("w", WithAck(time.Hour))

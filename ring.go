@@ -28,6 +28,11 @@ type Record struct {
 	// the lease: Ack, Nack and Extend need the value Claim returned. It is
 	// 0 for records read by a Cursor or an at-most-once Group.
 	Deliveries int
+
+	// lease names the group entry and generation that leased the record,
+	// so Ack, Nack and Extend refuse a record of another ring or group,
+	// or of a group dropped and made again (0 when not leased).
+	lease uint64
 }
 
 // A Ring is a fixed circle of slots in an arena that holds the most recent
