@@ -154,7 +154,7 @@ func (h *Handle) Alive(tok uint64) bool {
 // at off. The caller's own description never conflicts with itself, so
 // this must not be asked of the handle's own entry.
 func (h *Handle) held(off int) (bool, error) {
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(off), Len: 1}
+	lk := byteLock(off, unix.F_WRLCK)
 	if err := unix.FcntlFlock(uintptr(h.fd), unix.F_OFD_GETLK, &lk); err != nil {
 		return false, err
 	}
@@ -212,8 +212,13 @@ func (h *Handle) AnyAlive() bool {
 }
 
 func lockByte(fd, off, cmd int, typ int16) error {
-	lk := unix.Flock_t{Type: typ, Whence: 0, Start: int64(off), Len: 1}
+	lk := byteLock(off, typ)
 	return unix.FcntlFlock(uintptr(fd), cmd, &lk)
+}
+
+// byteLock describes a lock of type typ on the one byte at off.
+func byteLock(off int, typ int16) unix.Flock_t {
+	return unix.Flock_t{Type: typ, Whence: 0, Start: int64(off), Len: 1}
 }
 
 // Reopen returns a new open file description of the file fd refers to, so
