@@ -95,7 +95,7 @@ func FuzzLiveCorruption(f *testing.F) {
 		defer b.Close()
 		mb, err := b.Map("m", WithSlots(16), WithSlotSize(64), WithStripes(2))
 		require.NoError(t, err)
-		region := b.mem[mb.base : mb.base+int(mapLength(16, 64, 2))]
+		region := b.mem[mb.base : mb.base+int(mapLength(16, 64, int64(mb.stripes), false))]
 		if at < 0 || at >= len(region) {
 			return
 		}

@@ -12,17 +12,21 @@ import (
 
 // Map region layout, offsets from the region start.
 //
-//	0    slots          8  slot size      16 stripes      24 flags (1 = encoded)
+//	0    slots          8  slot size      16 stripes (= segments)
+//	24   flags: 1 encoded, 2 evicting
 //	32   deadlines (nonzero once any entry had one)  40 busy    48 full
 //	56   expired        64 recoveries   72 longest probe distance of any insert
-//	80   recount due (see recount)
-//	128  stripes x 64 bytes: lock word; the slot index+1 being written
-//	     (0 = none), so a recoverer knows which slot a dead writer held;
-//	     then this stripe's share of used and of tombstones (signed: an
-//	     insert may reuse another stripe's tombstone; only the sums mean
-//	     anything, and only holders of the stripe change them); at 32
-//	     the lock's futex word for parked waiters (see internal/rlock)
+//	80   evicted        88 inserts that met the probe bound   96 entries moved
+//	128  stripes x 128 bytes, one per segment: lock word; the slot index+1
+//	     being written (0 = none), so a recoverer knows which slot a dead
+//	     writer held; the segment's used and tombstone counts; at 32 the
+//	     lock's futex word for parked waiters (see internal/rlock); at 40
+//	     the move version, odd while entries move (see confirmMiss); at 48
+//	     the slot index+1 an entry is moving from. At 64 the eviction
+//	     queues' heads and tails (small, then main), counted up forever.
 //	...  one tag byte per slot, 64-aligned (see tagOf)
+//	...  evicting maps: one read-count byte per slot, 64-aligned, then per
+//	     segment a small and a main queue of 8-byte hashes (see evict.go)
 //	...  8 bytes of padding past a 64-byte boundary, then slots x slot size
 //
 // A slot:
@@ -39,19 +43,24 @@ import (
 // addInPlace).
 const (
 	mapHeader    = 128
-	stripeStride = 64
+	stripeStride = 128
 
-	mhSlots      = 0
-	mhSlotSize   = 8
-	mhStripes    = 16
-	mhFlags      = 24
-	mhBusy       = 40
-	mhFull       = 48
-	mhExpired    = 56
-	mhRecoveries = 64
-	mhMaxProbe   = 72
-	mhRecountDue = 80
-	mhDeadlines  = 32
+	mhSlots        = 0
+	mhSlotSize     = 8
+	mhStripes      = 16
+	mhFlags        = 24
+	mhDeadlines    = 32
+	mhBusy         = 40
+	mhFull         = 48
+	mhExpired      = 56
+	mhRecoveries   = 64
+	mhMaxProbe     = 72
+	mhEvicted      = 80
+	mhProbeLimited = 88
+	mhMoved        = 96
+
+	flagEncoded = 1
+	flagEvict   = 2
 
 	slotHeader = 32
 	sDeadline  = 0
@@ -77,6 +86,20 @@ const (
 	minSlotSize     = 48
 	maxSlotSize     = 1 << 24
 	maxSlots        = 1<<32 - 1
+
+	// minSegmentSlots is the fewest slots a segment has when the map has
+	// more than one: keys land in segments by hash, and the fewer slots a
+	// segment has the further its share strays from the average, so small
+	// segments fill while others have room.
+	minSegmentSlots = 256
+
+	// probeBound caps every probe: an insert that finds no free slot
+	// within it is refused (ErrFull) or, in an evicting map, replaces an
+	// entry within it; no key sits further from home. It is far past what
+	// random keys reach below 95% load, so only keys chosen to collide
+	// meet it, and then they cost a bounded probe, not a scan of the
+	// table.
+	probeBound = 512
 
 	// A reader retries a slot that changed under it this many times
 	// before it reports busy.
@@ -106,14 +129,17 @@ type Map struct {
 	name     string
 	mem      []byte
 	base     int // region offset
-	tagBase  int // one byte per slot: 0 never claimed, 1 unknown, 2 tombstone, else tagOf(hash)
+	tagBase  int // one byte per slot: 0 empty, 2 tombstone, else tagOf(hash)
 	slotBase int
 	slots    uint64
 	slotSize int
-	stripes  uint64
+	stripes  uint64 // segments, one lock each
+	segLen   uint64 // slots per segment, the last one's remainder aside
 	maxPair  int
 	encoded  bool
 	seed     uint64 // the arena's hash seed
+
+	q queues // eviction queues; q.on false for a plain map
 
 	// counterHints remember, in this process only, where Add last found
 	// each counter (see hintEntries); 8 KiB, nil for a typed map.
@@ -124,11 +150,19 @@ type Map struct {
 type MapStats struct {
 	Used       int    // live entries, lapsed ones not yet collected included
 	Capacity   int    // slots
-	Tombstones int    // deleted entries keeping probe chains intact
+	Tombstones int    // deleted entries not yet cleared: 0 at rest (deletes move entries back; see Delete)
 	Busy       uint64 // lock-free reads (Add's included) that gave up on a slot that kept changing
 	Full       uint64 // inserts refused with ErrFull
-	Expired    uint64 // lapsed entries collected (made tombstones or replaced)
+	Expired    uint64 // lapsed entries collected (removed, replaced or evicted)
 	Recoveries uint64 // locks taken over from dead processes
+	Evicted    uint64 // entries evicted to make room (WithEviction), lapsed ones aside
+	// ProbeLimited counts inserts that found no free slot within the
+	// probe bound (512 slots) of their home while their segment had room:
+	// keys chosen to collide, or a plain map nearly full. Each was refused
+	// with ErrFull, or evicted an entry within the bound.
+	ProbeLimited uint64
+	Moved        uint64 // entries moved back toward their home slot by deletes
+	MaxProbe     int    // the longest distance, in slots, any insert went from its home
 }
 
 func init() {
@@ -146,26 +180,28 @@ func (a *Arena) Map(name string, opts ...RegionOption) (*Map, error) {
 	return a.openMap(name, false, opts)
 }
 
-// mapShape applies a map's options over the defaults and checks them.
+// mapShape applies a map's options over the defaults and checks them. The
+// stripes it returns are the segments the map has (see WithStripes).
 func mapShape(encoded bool, opts []RegionOption) (regionConfig, error) {
 	cfg := regionConfig{slots: defaultSlots, slotSize: defaultSlotSize, stripes: defaultStripes, encoded: encoded}
-	stripesSet := false
 	for _, o := range opts {
-		before := cfg.stripes
 		o(&cfg)
-		stripesSet = stripesSet || cfg.stripes != before
 	}
 	if cfg.inFlightSet {
 		return cfg, fmt.Errorf("%w: WithMaxInFlight is a ring option", ErrInvalid)
 	}
 	cfg.slotSize = (cfg.slotSize + 7) &^ 7
-	if !stripesSet && cfg.stripes > cfg.slots {
-		cfg.stripes = max(cfg.slots, 1)
-	}
 	if err := checkMapShape(cfg.slots, cfg.slotSize, cfg.stripes); err != nil {
 		return cfg, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	cfg.stripes = segmentsFor(cfg.slots, cfg.stripes)
 	return cfg, nil
+}
+
+// segmentsFor returns how many segments a map of slots slots has when
+// asked for at most stripes locks.
+func segmentsFor(slots, stripes int64) int64 {
+	return max(1, min(stripes, slots/minSegmentSlots))
 }
 
 // MapBytes returns how many bytes of an arena a map of the given shape
@@ -177,7 +213,7 @@ func MapBytes(opts ...RegionOption) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("shmarena: map size: %w", err)
 	}
-	return layout.Align(mapLength(cfg.slots, cfg.slotSize, cfg.stripes)), nil
+	return layout.Align(mapLength(cfg.slots, cfg.slotSize, cfg.stripes, cfg.evict)), nil
 }
 
 func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, error) {
@@ -185,16 +221,20 @@ func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, e
 	if err != nil {
 		return nil, fmt.Errorf("shmarena: map %s: %w", quote(name), err)
 	}
-	var flags uint64
+	var flags, evict uint64
 	if cfg.encoded {
-		flags = 1
+		flags |= flagEncoded
+	}
+	if cfg.evict {
+		flags |= flagEvict
+		evict = 1
 	}
 	spec := regionSpec{
 		name:   name,
 		kind:   KindMap,
-		params: [layout.Params]uint64{uint64(cfg.slots), uint64(cfg.slotSize), uint64(cfg.stripes), flags},
-		names:  [layout.Params]string{"slots", "slot size", "stripes", "encoded flag"},
-		length: mapLength(cfg.slots, cfg.slotSize, cfg.stripes),
+		params: [layout.Params]uint64{uint64(cfg.slots), uint64(cfg.slotSize), uint64(cfg.stripes), flags & flagEncoded, evict},
+		names:  [layout.Params]string{"slots", "slot size", "stripes", "encoded flag", "eviction (WithEviction)"},
+		length: mapLength(cfg.slots, cfg.slotSize, cfg.stripes, cfg.evict),
 		init: func(b []byte, off int64) {
 			o := int(off)
 			mem.Store64(b, o+mhSlots, uint64(cfg.slots))
@@ -218,33 +258,50 @@ func checkMapShape(slots, slotSize, stripes int64) error {
 		return fmt.Errorf("slot size %d bytes outside [%d, %d]", slotSize, minSlotSize, maxSlotSize)
 	case slotSize%8 != 0:
 		return fmt.Errorf("slot size %d bytes is not a multiple of 8", slotSize)
-	case stripes < 1 || stripes > maxStripes || stripes > slots:
-		return fmt.Errorf("stripes %d outside [1, min(%d, slots)]", stripes, maxStripes)
+	case stripes < 1 || stripes > maxStripes:
+		return fmt.Errorf("stripes %d outside [1, %d]", stripes, maxStripes)
 	}
 	return nil
 }
 
-func mapLength(slots, slotSize, stripes int64) int64 {
-	return tagsOffset(stripes) + layout.Align(slots) + slotsPad + slots*slotSize
+// mapLength returns a map region's length in bytes.
+func mapLength(slots, slotSize, stripes int64, evict bool) int64 {
+	return slotsOffset(slots, stripes, evict) + slotsPad + slots*slotSize
 }
 
 func tagsOffset(stripes int64) int64 { return mapHeader + layout.Align(stripes*stripeStride) }
 
+// slotsOffset is where the padding before the slots starts: after the
+// tags, and an evicting map's read counts and queues.
+func slotsOffset(slots, stripes int64, evict bool) int64 {
+	o := tagsOffset(stripes) + layout.Align(slots)
+	if evict {
+		o += layout.Align(slots) + layout.Align(stripes*queueBytes(slots, stripes))
+	}
+	return o
+}
+
 func newMap(a *Arena, e layout.Entry) *Map {
 	slots, slotSize, stripes := e.Params[0], int(e.Params[1]), e.Params[2]
+	evict := e.Params[4] != 0
+	o := int(e.Offset)
 	m := &Map{
 		a:        a,
 		name:     e.Name,
 		mem:      a.mem,
-		base:     int(e.Offset),
-		tagBase:  int(e.Offset) + int(tagsOffset(int64(stripes))),
-		slotBase: int(e.Offset) + int(tagsOffset(int64(stripes))+layout.Align(int64(slots))) + slotsPad,
+		base:     o,
+		tagBase:  o + int(tagsOffset(int64(stripes))),
+		slotBase: o + int(slotsOffset(int64(slots), int64(stripes), evict)) + slotsPad,
 		slots:    slots,
 		slotSize: slotSize,
 		stripes:  stripes,
+		segLen:   slots / stripes,
 		maxPair:  slotSize - slotHeader,
 		encoded:  e.Params[3] != 0,
 		seed:     a.seed,
+	}
+	if evict {
+		m.q = newQueues(m)
 	}
 	if !m.encoded { // a typed map refuses Add
 		m.counterHints = make([]byte, hintEntries*8)
@@ -261,30 +318,37 @@ func validateMapRegion(b []byte, e layout.Entry) error {
 	if err := checkMapShape(int64(p[0]), int64(p[1]), int64(p[2])); err != nil {
 		return err
 	}
-	if p[3] > 1 {
-		return fmt.Errorf("flags %#x", p[3])
+	if p[2] != uint64(segmentsFor(int64(p[0]), int64(p[2]))) {
+		return fmt.Errorf("%d segments for %d slots", p[2], p[0])
 	}
-	if need := mapLength(int64(p[0]), int64(p[1]), int64(p[2])); e.Length < need {
+	if p[3] > 1 || p[4] > 1 || p[5] != 0 {
+		return fmt.Errorf("flags %#x, %#x, %#x", p[3], p[4], p[5])
+	}
+	if need := mapLength(int64(p[0]), int64(p[1]), int64(p[2]), p[4] != 0); e.Length < need {
 		return fmt.Errorf("%d bytes, shape needs %d", e.Length, need)
 	}
 	o := int(e.Offset)
-	for k, f := range []int{mhSlots, mhSlotSize, mhStripes, mhFlags} {
+	flags := p[3]*flagEncoded | p[4]*flagEvict
+	for k, f := range []int{mhSlots, mhSlotSize, mhStripes} {
 		if v := mem.Load64(b, o+f); v != p[k] {
 			return fmt.Errorf("header field %d is %d, directory says %d", k, v, p[k])
 		}
+	}
+	if v := mem.Load64(b, o+mhFlags); v != flags {
+		return fmt.Errorf("header flags are %#x, directory says %#x", v, flags)
 	}
 	return nil
 }
 
 // resetMapRegion clears the locks and half-written slots that processes of
-// an earlier boot left, then recounts. Nothing else runs on it meanwhile.
+// an earlier boot left, and repairs every segment. Nothing else runs on it
+// meanwhile.
 func resetMapRegion(b []byte, e layout.Entry) {
 	m := newMap(&Arena{mem: b}, e)
 	for s := uint64(0); s < m.stripes; s++ {
 		rlock.Reset(b, m.lockOff(s))
-		mem.Store64(b, m.lockOff(s)+8, 0)
+		m.repairSegment(s)
 	}
-	m.count()
 }
 
 // Name returns the region name.
@@ -308,13 +372,17 @@ func (m *Map) Len() int {
 	return used
 }
 
+// Offsets within a stripe's entry.
 const (
-	stUsed = 16 // offsets within a stripe
-	stTomb = 24
+	stIntent   = 8
+	stUsed     = 16
+	stTomb     = 24
+	stMoveVer  = 40
+	stMoveFrom = 48
 )
 
-// counts sums the stripes' shares. Under concurrent writes the sums may be
-// off by the operations in flight; they are never negative.
+// counts sums the segments' counts. Under concurrent writes the sums may
+// be off by the operations in flight; they are never negative.
 func (m *Map) counts() (used, tomb int) {
 	var u, t int64
 	for s := uint64(0); s < m.stripes; s++ {
@@ -325,12 +393,14 @@ func (m *Map) counts() (used, tomb int) {
 	return int(max(u, 0)), int(max(t, 0))
 }
 
-// addCounts changes stripe s's shares; the caller holds s.
+// addCounts changes segment s's counts; the caller holds s.
 func (m *Map) addCounts(s uint64, used, tomb int64) {
 	o := m.lockOff(s)
 	mem.Put64(m.mem, o+stUsed, uint64(int64(mem.Load64(m.mem, o+stUsed))+used))
 	mem.Put64(m.mem, o+stTomb, uint64(int64(mem.Load64(m.mem, o+stTomb))+tomb))
 }
+
+func (m *Map) used(s uint64) uint64 { return mem.Load64(m.mem, m.lockOff(s)+stUsed) }
 
 // Stats returns the map's shared counters; zero after Close.
 func (m *Map) Stats() MapStats {
@@ -340,12 +410,16 @@ func (m *Map) Stats() MapStats {
 	defer runtime.KeepAlive(m)
 	used, tomb := m.counts()
 	return MapStats{
-		Used:       used,
-		Capacity:   int(m.slots),
-		Tombstones: tomb,
-		Busy:       mem.Load64(m.mem, m.base+mhBusy),
-		Full:       mem.Load64(m.mem, m.base+mhFull),
-		Expired:    mem.Load64(m.mem, m.base+mhExpired),
-		Recoveries: mem.Load64(m.mem, m.base+mhRecoveries),
+		Used:         used,
+		Capacity:     int(m.slots),
+		Tombstones:   tomb,
+		Busy:         mem.Load64(m.mem, m.base+mhBusy),
+		Full:         mem.Load64(m.mem, m.base+mhFull),
+		Expired:      mem.Load64(m.mem, m.base+mhExpired),
+		Recoveries:   mem.Load64(m.mem, m.base+mhRecoveries),
+		Evicted:      mem.Load64(m.mem, m.base+mhEvicted),
+		ProbeLimited: mem.Load64(m.mem, m.base+mhProbeLimited),
+		Moved:        mem.Load64(m.mem, m.base+mhMoved),
+		MaxProbe:     int(min(mem.Load64(m.mem, m.base+mhMaxProbe), probeBound)),
 	}
 }

@@ -99,7 +99,7 @@ func (r *rwMap) add(k string, d int64) int64 {
 func benchMap(b *testing.B) (*Map, []string) {
 	setBenchShape()
 	path := filepath.Join(b.TempDir(), "bench")
-	a, err := Open(path, WithSize(mapLength(int64(benchSlots), 128, 64)+MinSize+4096))
+	a, err := Open(path, WithSize(mapLength(int64(benchSlots), 128, 64, false)+MinSize+4096))
 	require.NoError(b, err)
 	b.Cleanup(func() { a.Close() })
 	m, err := a.Map("bench", WithSlots(benchSlots), WithSlotSize(128))
@@ -318,7 +318,7 @@ func BenchmarkMapVsRWMutex(b *testing.B) {
 func BenchmarkMapTurnover(b *testing.B) {
 	setBenchShape()
 	for _, pct := range []int{50, 75} {
-		a, err := Open(filepath.Join(b.TempDir(), "turnover"), WithSize(mapLength(int64(benchSlots), 128, 64)+MinSize+4096))
+		a, err := Open(filepath.Join(b.TempDir(), "turnover"), WithSize(mapLength(int64(benchSlots), 128, 64, false)+MinSize+4096))
 		require.NoError(b, err)
 		m, err := a.Map("turnover", WithSlots(benchSlots), WithSlotSize(128))
 		require.NoError(b, err)

@@ -30,13 +30,9 @@ func (m *Map) lock(s uint64) bool {
 }
 
 // unlock releases a stripe taken by lock and ends the operation. It
-// reports false when the lock had been taken over (see ErrLockLost). A
-// recount left due (see recount) is tried again here, without waiting.
+// reports false when the lock had been taken over (see ErrLockLost).
 func (m *Map) unlock(s uint64) bool {
 	ok := m.release(s)
-	if mem.Load64(m.mem, m.base+mhRecountDue) != 0 {
-		m.recount()
-	}
 	m.a.exit(s)
 	return ok
 }
@@ -74,88 +70,9 @@ func (m *Map) repairDead(s uint64) {
 }
 
 // afterTakeover runs holding stripe s just taken from a dead owner: it
-// repairs the slot the owner was writing, releases s, and recounts.
+// repairs the segment and releases s.
 func (m *Map) afterTakeover(s uint64) {
-	m.repairStripe(s)
+	m.repairSegment(s)
 	mem.Add64(m.mem, m.base+mhRecoveries, 1)
 	m.release(s)
-	m.recount()
-}
-
-// repairStripe makes the slot a dead holder of s was writing a tombstone.
-func (m *Map) repairStripe(s uint64) {
-	intent := m.lockOff(s) + 8
-	idx := mem.Load64(m.mem, intent)
-	crashPoint("recover")
-	if idx != 0 && idx <= m.slots {
-		off := m.slotOff(idx - 1)
-		ver := mem.Load64(m.mem, off+sVersion)
-		if ver&1 != 0 && ver>>1&(1<<(seqShift-1)-1) == s {
-			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
-			mem.Store64(m.mem, off+sDeadline, 0)
-			m.setTag(idx-1, tagTombstone) // while odd, as remove does
-			mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
-		}
-	}
-	mem.Store64(m.mem, intent, 0)
-}
-
-// recount recomputes used and tombstones from the slots, which needs every
-// stripe at once. It never waits: it tries each stripe in order, taking
-// over those of dead owners on the way, and if a live handle holds one (a
-// slow Update, a stopped process) it gives them all back and leaves the
-// recount due, for the next unlock of any stripe in any process to try
-// again. Waiting there would make a reader that met a dead writer's slot,
-// and every writer of the stripes already taken, wait for that live
-// holder. Until then Len and Stats may be off by the dead writer's one
-// operation, and each unlock pays up to one try per stripe (a rare state:
-// a recovery while another stripe is held for long).
-func (m *Map) recount() {
-	mem.Store64(m.mem, m.base+mhRecountDue, 1)
-	taken := uint64(0)
-	for ; taken < m.stripes; taken++ {
-		ok, recovered := rlock.TryAcquire(m.mem, m.lockOff(taken), m.a.own)
-		if !ok {
-			break
-		}
-		if recovered {
-			m.repairStripe(taken)
-			mem.Add64(m.mem, m.base+mhRecoveries, 1)
-		}
-	}
-	if taken == m.stripes {
-		crashPoint("recount")
-		m.count()
-		mem.Store64(m.mem, m.base+mhRecountDue, 0)
-	}
-	for s := uint64(0); s < taken; s++ {
-		m.release(s)
-	}
-}
-
-// count recomputes the used and tombstone counts; with every stripe held
-// no slot may be mid-write, so an odd slot is a leftover and is repaired.
-func (m *Map) count() {
-	var used, tomb uint64
-	for i := uint64(0); i < m.slots; i++ {
-		off := m.slotOff(i)
-		ver := mem.Load64(m.mem, off+sVersion)
-		if ver&1 != 0 {
-			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
-			m.setTag(i, tagTombstone)
-			mem.Store64(m.mem, off+sVersion, ver>>seqShift<<seqShift)
-		}
-		switch metaState(mem.Load64(m.mem, off+sMeta)) {
-		case stateLive:
-			used++
-		case stateTombstone:
-			tomb++
-		}
-	}
-	for s := uint64(0); s < m.stripes; s++ {
-		mem.Store64(m.mem, m.lockOff(s)+stUsed, 0)
-		mem.Store64(m.mem, m.lockOff(s)+stTomb, 0)
-	}
-	mem.Store64(m.mem, m.lockOff(0)+stUsed, used)
-	mem.Store64(m.mem, m.lockOff(0)+stTomb, tomb)
 }

@@ -28,17 +28,23 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 	switch v, out, r := m.readNear(key, h, dst, want); r {
 	case nearHit:
 		return v, out, true
-	case nearMiss:
-		return v, dst, false
+	case nearUnsure:
+		switch v, out, r = m.searchKey(key, h, dst, want); r {
+		case nearHit:
+			return v, out, true
+		case nearGaveUp:
+			return v, dst, false
+		}
 	}
-	return m.searchKey(key, h, dst, want)
+	return m.confirmMiss(key, h, dst, want)
 }
 
-// What readNear found.
+// What readNear and searchKey found.
 const (
 	nearUnsure = iota // searchKey must decide
 	nearHit
-	nearMiss
+	nearMiss   // absent, unless entries moved meanwhile (see confirmMiss)
+	nearGaveUp // absent as far as this read goes: lapsed, busy or a dead writer's
 )
 
 // readNear is readKey's common case in few instructions: a lookup costs
@@ -48,13 +54,13 @@ const (
 // key's slot, at rest, without a lapsed deadline (a hit).
 // Anything else is nearUnsure, and searchKey starts over.
 func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out []byte, r int) {
-	i := m.home(h)
-	if i+8 > m.slots { // the window would pass the last tag (or a table of under 8 slots)
+	_, sp, i := m.place(h)
+	if i+8 > sp.hi { // the window would pass the segment's last tag (or a segment of under 8 slots)
 		return v, dst, nearUnsure
 	}
 	w := mem.Load8(m.mem, m.tagBase+int(i))
 	t := tagOf(h)
-	d := uint64(bits.TrailingZeros64(bytesBelow(w, tagUnknown+1)|bytesEqual(w, t))) / 8
+	d := uint64(bits.TrailingZeros64(tagMatch(w, belowKey, t))) / 8
 	if d == 8 {
 		return v, dst, nearUnsure
 	}
@@ -96,31 +102,35 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 	if atomic.LoadUint64(&hdr[sVersion/8]) != ver || lapsed(deadline) {
 		return v, dst, nearUnsure
 	}
+	if m.q.on {
+		m.touch(i + d)
+	}
 	return view{off: off, ver: ver, meta: meta, deadline: deadline}, out, nearHit
 }
 
 // searchKey is readKey's general search: it probes up to the probe limit,
-// waits out writers, and collects a lapsed entry.
-func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+// waits out writers, and collects a lapsed entry. It returns nearHit,
+// nearMiss or nearGaveUp.
+func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, r int) {
 	n0 := len(dst)
-	i := m.home(h)
+	_, sp, i := m.place(h)
 	wantTag := tagOf(h)
-	for left := m.probeLimit(); left > 0; left-- {
-		skip, t := m.nextCandidate(i, left, wantTag)
+	for left := m.probeLimit(sp); left > 0; {
+		skip, t := m.scanTags(sp, i, left, belowKey, wantTag)
 		if skip == left || t == 0 {
-			return v, dst, false
+			return v, dst, nearMiss
 		}
-		i, left = m.wrapAdd(i, skip), left-skip
+		i, left = sp.add(i, skip), left-skip
 		off := m.slotOff(i)
 		for tries := 0; ; tries++ {
 			if tries == readRetries {
 				m.stat(mhBusy)
-				return v, dst, false
+				return v, dst, nearGaveUp
 			}
 			ver := mem.Load64(m.mem, off+sVersion)
 			if ver&1 != 0 {
 				if !m.awaitWriter(off, ver) {
-					return v, dst, false
+					return v, dst, nearGaveUp
 				}
 				continue
 			}
@@ -132,7 +142,7 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, ou
 					continue
 				}
 				if st == stateEmpty {
-					return v, dst, false
+					return v, dst, nearMiss
 				}
 				break
 			}
@@ -146,26 +156,55 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, ou
 			v = view{off: off, ver: ver, meta: meta, deadline: deadline}
 			if lapsed(deadline) {
 				m.collect(key, h)
-				return v, dst[:n0], false
+				return v, dst[:n0], nearGaveUp
 			}
-			return v, dst, true
+			if m.q.on {
+				m.touch(i)
+			}
+			return v, dst, nearHit
 		}
-		i = m.wrapAdd(i, 1)
+		i, left = sp.add(i, 1), left-1
 	}
+	return v, dst, nearMiss
+}
+
+// confirmMiss decides a read that missed: it probes again inside an even,
+// unchanged move version of the key's segment, so a miss faked by entries
+// moving back (see remove) is retried, and a real one is believed.
+func (m *Map) confirmMiss(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+	s := m.stripeOf(h)
+	o := m.lockOff(s) + stMoveVer
+	for range readRetries {
+		mv := mem.Load64(m.mem, o)
+		if mv&1 != 0 {
+			if !m.await(o, mv, s) {
+				return v, dst, false
+			}
+			continue
+		}
+		v, out, r := m.searchKey(key, h, dst, want)
+		if r == nearHit {
+			return v, out, true
+		}
+		if r == nearGaveUp || mem.Load64(m.mem, o) == mv {
+			return v, dst, false
+		}
+	}
+	m.stat(mhBusy)
 	return v, dst, false
 }
 
-// probeLimit bounds a search for a key: no key sits further than the
-// longest distance any insert went from its home slot. It keeps a miss
-// short in a table whose empty slots have all become tombstones.
-func (m *Map) probeLimit() uint64 {
-	return min(mem.Load64(m.mem, m.base+mhMaxProbe), m.slots-1) + 1
+// probeLimit bounds a search in segment sp: no key sits further from its
+// home than the longest distance any insert went, nor past the probe
+// bound.
+func (m *Map) probeLimit(sp span) uint64 {
+	return min(mem.Load64(m.mem, m.base+mhMaxProbe), probeBound-1, sp.len()-1) + 1
 }
 
 // noteDistance raises the longest probe distance to cover slot i of a key
 // whose home is home, before the key is published.
-func (m *Map) noteDistance(home, i uint64) {
-	d := (i + m.slots - home) % m.slots
+func (m *Map) noteDistance(sp span, home, i uint64) {
+	d := sp.dist(home, i)
 	for {
 		cur := mem.Load64(m.mem, m.base+mhMaxProbe)
 		if cur >= d || mem.CAS64(m.mem, m.base+mhMaxProbe, cur, d) {
@@ -187,9 +226,21 @@ func (m *Map) appendValue(dst []byte, off int, meta uint64) []byte {
 // when the reader should give up: the writer died (the key reads as absent
 // and repair is started), or it kept writing past oddPatience (busy).
 func (m *Map) awaitWriter(off int, ver uint64) bool {
+	s := ver >> 1 & (1<<(seqShift-1) - 1)
+	if s >= m.stripes {
+		return false // not a version this map writes: corrupt
+	}
+	return m.await(off+sVersion, ver, s)
+}
+
+// await waits for the word at off to move on from ver, which stripe s's
+// holder will do: it spins, then yields, and asks after oddCheckAfter, and
+// then as often, whether the holder lives, repairing after a dead one. It
+// returns false when the reader should give up: past oddPatience (busy).
+func (m *Map) await(off int, ver uint64, s uint64) bool {
 	var start, nextCheck time.Time
 	for spin := 0; ; spin++ {
-		if mem.Load64(m.mem, off+sVersion) != ver {
+		if mem.Load64(m.mem, off) != ver {
 			return true
 		}
 		if spin < 64 {
@@ -206,12 +257,8 @@ func (m *Map) awaitWriter(off int, ver uint64) bool {
 		}
 		if !now.Before(nextCheck) {
 			nextCheck = now.Add(oddCheckAfter)
-			s := ver >> 1 & (1<<(seqShift-1) - 1)
-			if s >= m.stripes {
-				return false // not a version this map writes: corrupt
-			}
 			if !m.stripeOwnerAlive(s) {
-				// Then keep waiting: the slot settles once repaired,
+				// Then keep waiting: the word moves on once repaired,
 				// here or by a recoverer that took the stripe first.
 				m.repairDead(s)
 			}

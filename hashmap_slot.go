@@ -8,11 +8,57 @@ import (
 	"github.com/shmarena/shmarena/internal/mem"
 )
 
-// This file: slot addressing, tag bytes and the slot header fields.
+// This file: segments, slot addressing, tag bytes and the slot header
+// fields.
 
+// A span is one segment's slots, [lo, hi). Each stripe lock owns one
+// segment: a key's stripe comes from the low 32 bits of its hash, its home
+// slot within the segment from the high bits, and its probe wraps within
+// the segment. So every slot a write touches belongs to the lock it holds,
+// and a delete may move entries back (see closeHole) with no other writer
+// in the way.
+type span struct{ lo, hi uint64 }
+
+// span returns stripe s's segment: segLen slots each, the last one also
+// taking the remainder of the division.
+func (m *Map) span(s uint64) span {
+	lo := s * m.segLen
+	if s == m.stripes-1 {
+		return span{lo, m.slots}
+	}
+	return span{lo, lo + m.segLen}
+}
+
+func (sp span) len() uint64 { return sp.hi - sp.lo }
+
+// add returns slot i+d, wrapping within the segment (d < len).
+func (sp span) add(i, d uint64) uint64 {
+	if i += d; i >= sp.hi {
+		i -= sp.hi - sp.lo
+	}
+	return i
+}
+
+// dist returns how many slots slot to lies past slot from, wrapping.
+func (sp span) dist(from, to uint64) uint64 {
+	if to >= from {
+		return to - from
+	}
+	return to + sp.len() - from
+}
+
+// place returns key h's stripe, that stripe's segment and h's home slot.
+func (m *Map) place(h uint64) (s uint64, sp span, home uint64) {
+	s = m.stripeOf(h)
+	sp = m.span(s)
+	hi, _ := bits.Mul64(h, sp.len())
+	return s, sp, sp.lo + hi
+}
+
+// home returns h's home slot.
 func (m *Map) home(h uint64) uint64 {
-	hi, _ := bits.Mul64(h, m.slots)
-	return hi
+	_, _, i := m.place(h)
+	return i
 }
 
 func (m *Map) stripeOf(h uint64) uint64 {
@@ -24,16 +70,16 @@ func (m *Map) slotOff(i uint64) int { return m.slotBase + int(i)*m.slotSize }
 func (m *Map) slotIndex(off int) uint64 { return uint64(off-m.slotBase) / uint64(m.slotSize) }
 
 // Tags let a search skip slots without touching them: 64 slots' tags share
-// a cache line. A slot's tag is 0 until someone tries to claim it (the
-// claimer sets it to tagUnknown before its compare-and-swap and to the
-// key's tag after winning), and never returns to 0. A delete sets it to
-// tagTombstone while the slot is still being written. So a tag of 0 proves
-// the slot empty and ends a search, and a tag that is neither tagUnknown
-// nor the key's own proves the slot holds (or held) another key, or none.
-// Any other tag sends the reader to the slot itself, whose seqlock
-// decides. An insert looks for the tags a free slot can have: 0,
-// tagUnknown and tagTombstone (crash recovery tags the tombstones it makes
-// too, before their version is even again).
+// a cache line. A slot's tag is 0 while it is empty, tagTombstone while it
+// is a tombstone (a delete's hole while entries move back over it, or a
+// dead writer's leftover until repair), else the tag of the key it holds
+// (tagOf its hash). Writers set a slot's tag under its segment's lock while
+// the slot is being written: before the key is published, and after it is
+// gone. So a tag that is neither the key's own nor tagUnknown proves the
+// slot holds (or held) another key, or none, and a reader skips it; a tag
+// of 0 ends a search, which a reader then checks against the segment's
+// move version (see confirmMiss). tagUnknown is not written any more; a
+// reader treats it as "look at the slot".
 const (
 	tagUnknown   = 1
 	tagTombstone = 2
@@ -48,8 +94,6 @@ func tagOf(h uint64) byte {
 	}
 	return t
 }
-
-func (m *Map) tagWord(i uint64) uint64 { return mem.Load64(m.mem, m.tagBase+int(i>>3)<<3) }
 
 const (
 	lowBytes  = 0x0101010101010101
@@ -69,70 +113,47 @@ func bytesBelow(w uint64, c byte) uint64 {
 	return (w - lowBytes*uint64(c)) &^ w & highBytes
 }
 
-// scanTags looks at most left slots from slot i, wrapping at the end of
-// the table, for the first whose tag is 0, want or tagUnknown: the slots a
-// search for a key with tag want must look at. It returns how many slots
-// it skipped before that one and its tag, or left when there is none. It
-// tests eight tags at a time.
-func (m *Map) scanTags(i, left uint64, want byte) (skip uint64, t byte) {
+// tagMatch flags the bytes of a tag word a scan must stop at: those below
+// below, and those equal to want. The lowest flagged byte is never a
+// borrow; higher ones may be, so a caller that goes past the lowest checks
+// the byte itself.
+func tagMatch(w uint64, below, want byte) uint64 {
+	return bytesBelow(w, below) | bytesEqual(w, want)
+}
+
+// A search for a key stops at tags 0 (empty), tagUnknown and the key's
+// own; a search for a free slot at 0 and tagTombstone (want 0 adds
+// nothing).
+const (
+	belowKey  = tagUnknown + 1
+	belowFree = tagTombstone + 1
+)
+
+// scanTags is the one tag scan: it looks at most left slots of segment sp
+// from slot i on, wrapping, for the first slot whose tag tagMatch flags,
+// and returns how many slots it skipped before that one and its tag, or
+// left when there is none. It tests eight tags per load: an unaligned
+// load of the eight from i on, never past the segment's end.
+func (m *Map) scanTags(sp span, i, left uint64, below, want byte) (skip uint64, t byte) {
 	for skip < left {
-		n := min(8-i&7, m.slots-i) // tags of this word from slot i on
-		w := m.tagWord(i) >> ((i & 7) * 8)
-		cand := (bytesBelow(w, tagUnknown+1) | bytesEqual(w, want)) & (1<<(n*8) - 1)
-		for cand != 0 {
+		n := min(8, sp.hi-i, left-skip)
+		w := mem.Load8(m.mem, m.tagBase+int(i))
+		if cand := tagMatch(w, below, want) & (1<<(n*8) - 1); cand != 0 {
 			b := uint64(bits.TrailingZeros64(cand)) / 8
-			if skip+b >= left {
-				return left, 0
-			}
-			if t = byte(w >> (b * 8)); t == 0 || t == want || t == tagUnknown {
-				return skip + b, t
-			}
-			cand &^= 0x80 << (b * 8)
+			return skip + b, byte(w >> (b * 8))
 		}
 		skip += n
-		if i += n; i == m.slots {
-			i = 0
+		if i += n; i == sp.hi {
+			i = sp.lo
 		}
 	}
 	return left, 0
 }
 
-// nextCandidate is scanTags for the common case: it tests the eight tags
-// from slot i on with one unaligned load, and the slot to read comes from
-// arithmetic on that word rather than from a branch per tag. A key sits at
-// its home slot or a few past it unpredictably often (at 75% load about
-// 60% at home), so a branch on the home tag alone is mispredicted often.
-// The lowest flagged byte is never a borrow, so it needs no check.
-func (m *Map) nextCandidate(i, left uint64, want byte) (skip uint64, t byte) {
-	w := mem.Load8(m.mem, m.tagBase+int(i))
-	n := min(8, m.slots-i, left) // the window's tags that are slots to look at
-	cand := (bytesBelow(w, tagUnknown+1) | bytesEqual(w, want)) & (1<<(n*8) - 1)
-	if cand == 0 {
-		return m.scanTags(i, left, want)
-	}
-	skip = uint64(bits.TrailingZeros64(cand)) / 8
-	return skip, byte(w >> (skip * 8))
-}
+// setTag sets slot i's tag; the caller holds the slot's segment.
+func (m *Map) setTag(i uint64, t byte) { mem.StoreByte(m.mem, m.tagBase+int(i), t) }
 
-// wrapAdd returns slot i+d, wrapping at the end of the table (d < slots).
-func (m *Map) wrapAdd(i, d uint64) uint64 {
-	if i += d; i >= m.slots {
-		i -= m.slots
-	}
-	return i
-}
-
-func (m *Map) setTag(i uint64, t byte) {
-	off := m.tagBase + int(i>>3)<<3
-	shift := (i & 7) * 8
-	for {
-		w := mem.Load64(m.mem, off)
-		nw := w&^(0xff<<shift) | uint64(t)<<shift
-		if w == nw || mem.CAS64(m.mem, off, w, nw) {
-			return
-		}
-	}
-}
+func (m *Map) tag(i uint64) byte { return mem.LoadByte(m.mem, m.tagBase+int(i)) }
 
 func (m *Map) lockOff(s uint64) int { return m.base + mapHeader + int(s)*stripeStride }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -737,42 +738,44 @@ func TestMapCountsUnderChurnProcesses(t *testing.T) {
 	require.Equal(t, used, m.Len())
 }
 
-// scanTags and nextCandidate, which test eight tags at a time, agree with
-// a scan of one tag at a time, for random tags, starting slots, limits and
-// a table size that is not a multiple of eight (so nextCandidate's window
-// reaches past the last tag, into padding it must ignore).
+// scanTags, which tests eight tags at a time, agrees with a scan of one
+// tag at a time, for random tags, starting slots, limits, both kinds of
+// search (a key's, a free slot's) and segments whose size is not a
+// multiple of eight (so the eight-tag window reaches past the segment's
+// last tag, into the next segment's tags or padding it must ignore).
 func TestScanTagsMatchesBytewiseScan(t *testing.T) {
 	a, _ := tempArena(t, 1<<20)
-	m, err := a.Map("tags", WithSlots(61))
+	m, err := a.Map("tags", WithSlots(3*minSegmentSlots+5), WithStripes(3))
 	require.NoError(t, err)
+	require.Equal(t, uint64(3), m.stripes)
 	rng := rand.New(rand.NewPCG(1, 2))
-	naive := func(i, left uint64, want byte) (uint64, byte) {
+	naive := func(sp span, i, left uint64, below, want byte) (uint64, byte) {
 		for skip := uint64(0); skip < left; skip++ {
-			if t := m.mem[m.tagBase+int(i)]; t == 0 || t == want || t == tagUnknown {
+			if t := m.mem[m.tagBase+int(i)]; t < below || t == want {
 				return skip, t
 			}
-			if i++; i == m.slots {
-				i = 0
-			}
+			i = sp.add(i, 1)
 		}
 		return left, 0
 	}
-	for i := m.tagBase + int(m.slots); i < m.slotBase; i++ {
+	for i := m.tagBase + int(m.slots); i < m.tagBase+int(layout.Align(int64(m.slots))); i++ {
 		require.Zero(t, m.mem[i], "padding past the tags reads as empty slots' tags")
 	}
 	for round := 0; round < 20000; round++ {
-		// Few distinct values, so 0, 1 and want are common, and runs of
+		// Few distinct values, so 0, 1, 2 and want are common, and runs of
 		// zeros followed by ones exercise the borrow of bytesEqual.
-		for i := uint64(0); i < m.slots; i++ {
-			m.mem[m.tagBase+int(i)] = byte(rng.IntN(5))
+		sp := m.span(rng.Uint64N(m.stripes))
+		for i := sp.lo; i < sp.hi; i++ {
+			m.mem[m.tagBase+int(i)] = byte(rng.IntN(6))
 		}
-		i, left, want := rng.Uint64N(m.slots), 1+rng.Uint64N(m.slots), byte(2+rng.IntN(3))
-		skip, tag := m.scanTags(i, left, want)
-		wantSkip, wantTag := naive(i, left, want)
-		require.Equal(t, wantSkip, skip, "round %d: from %d, %d slots, tag %d", round, i, left, want)
-		require.Equal(t, wantTag, tag, "round %d", round)
-		skip, tag = m.nextCandidate(i, left, want)
-		require.Equal(t, wantSkip, skip, "round %d: from %d, %d slots, tag %d", round, i, left, want)
+		i, left := sp.lo+rng.Uint64N(sp.len()), 1+rng.Uint64N(sp.len())
+		below, want := byte(belowKey), byte(3+rng.IntN(3))
+		if rng.IntN(2) == 0 {
+			below, want = belowFree, 0
+		}
+		skip, tag := m.scanTags(sp, i, left, below, want)
+		wantSkip, wantTag := naive(sp, i, left, below, want)
+		require.Equal(t, wantSkip, skip, "round %d: from %d, %d slots, below %d, tag %d", round, i, left, below, want)
 		require.Equal(t, wantTag, tag, "round %d", round)
 	}
 }
@@ -797,9 +800,10 @@ func TestMapHugeValueLengthInFile(t *testing.T) {
 	}
 }
 
-// A delete tags its slot as a tombstone, and an insert takes the first
-// free slot (empty or tombstone) from its key's home: found by the tags in
-// a map that never held a deadline, slot by slot in one that has.
+// A delete leaves no tombstone: every slot's tag is 0 for an empty slot or
+// its key's tag, and an insert takes the first empty slot from its key's
+// home, found by the tags in a map that never held a deadline and slot by
+// slot in one that has.
 func TestMapInsertTakesFirstFreeSlot(t *testing.T) {
 	for _, ttl := range []bool{false, true} {
 		m := testMap(t, WithSlots(64), WithSlotSize(64), WithStripes(4))
@@ -815,16 +819,24 @@ func TestMapInsertTakesFirstFreeSlot(t *testing.T) {
 			require.NoError(t, m.Store("a"+strconv.Itoa(i), nil))
 		}
 		for i := 0; i < 44; i += 3 {
-			k := "a" + strconv.Itoa(i)
-			slot := slotOf(k)
-			require.True(t, m.Delete(k))
-			require.Equal(t, byte(tagTombstone), m.mem[m.tagBase+int(slot)], "tag of %s's slot", k)
+			require.True(t, m.Delete("a"+strconv.Itoa(i)))
+		}
+		for i := uint64(0); i < m.slots; i++ {
+			meta := mem.Load64(m.mem, m.slotOff(i)+sMeta)
+			switch metaState(meta) {
+			case stateEmpty:
+				require.Zero(t, m.mem[m.tagBase+int(i)], "slot %d", i)
+			case stateLive:
+				require.Equal(t, tagOf(mem.Load64(m.mem, m.slotOff(i)+sHash)), m.mem[m.tagBase+int(i)], "slot %d", i)
+			default:
+				require.Failf(t, "tombstone left", "slot %d: state %d", i, metaState(meta))
+			}
 		}
 		for i := range 20 {
 			k := "b" + strconv.Itoa(i)
-			want := m.home(m.hashKey(k))
+			_, sp, want := m.place(m.hashKey(k))
 			for st := metaState(mem.Load64(m.mem, m.slotOff(want)+sMeta)); st == stateLive; st = metaState(mem.Load64(m.mem, m.slotOff(want)+sMeta)) {
-				want = m.wrapAdd(want, 1)
+				want = sp.add(want, 1)
 			}
 			require.NoError(t, m.Store(k, nil))
 			require.Equal(t, want, slotOf(k), "deadlines %v: %s went past a free slot", ttl, k)
@@ -845,7 +857,8 @@ func TestReadNearDecidesCommonCases(t *testing.T) {
 	require.NoError(t, err)
 	for _, k := range []string{"plain", "ttl", counter} {
 		h := m.hashKey(k)
-		require.LessOrEqual(t, m.home(h)+8, m.slots, "%s: pick another key, its home is at the table's end", k)
+		_, sp, home := m.place(h)
+		require.LessOrEqual(t, home+8, sp.hi, "%s: pick another key, its home is at its segment's end", k)
 		v, out, r := m.readNear(k, h, nil, true)
 		require.Equal(t, nearHit, r, k)
 		want, ok := m.Load(k)

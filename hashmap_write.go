@@ -2,7 +2,6 @@ package shmarena
 
 import (
 	"fmt"
-	"math/bits"
 
 	"github.com/shmarena/shmarena/internal/mem"
 )
@@ -10,198 +9,120 @@ import (
 // This file: the locked write path.
 
 // find looks key up holding its stripe. Only holders of the stripe change
-// a slot holding the key, so the view stays valid until unlock.
+// a slot of its segment, so the view stays valid until unlock.
 func (m *Map) find(key string, h uint64) (view, bool) {
-	v, _, found := m.locate(key, h, m.stripeOf(h))
-	return v, found
+	return m.seek(key, h)
 }
 
 // locate finds key's slot, lapsed or not, or else the first slot an insert
-// may claim (free.off < 0 when the probe met no free slot).
+// may claim (free.off < 0 when there is none within the probe bound). The
+// caller holds stripe s, key's.
 //
-// In a map that has ever held a deadline, a lapsed entry of another key met
-// before any free slot is collected on the way (if its stripe can be had
-// without waiting) and offered as the free slot, so keys with deadlines do
-// not fill the table for good. In one that never has, the free slot is
-// found by the tags, without reading the slots passed.
+// In a map that has ever held a deadline, lapsed entries of other keys on
+// the way are collected first (see collectPath), so keys with deadlines do
+// not fill the table for good.
 func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found bool) {
-	free.off = -1
 	if v, ok := m.seek(key, h); ok {
-		return v, free, true
+		return v, view{off: -1}, true
 	}
-	// The key is absent (its stripe is ours, so it stays so): the first
-	// free slot from its home is where it goes.
-	if mem.Load64(m.mem, m.base+mhDeadlines) == 0 {
-		if free, ok := m.firstFree(h); ok {
-			return v, free, false
-		}
+	// The key is absent (its segment is ours, so it stays so).
+	if mem.Load64(m.mem, m.base+mhDeadlines) != 0 {
+		m.collectPath(s, h)
 	}
-	i := m.home(h)
-	for probes := uint64(0); probes < m.slots; probes++ {
-		off := m.slotOff(i)
-		for {
-			ver := mem.Load64(m.mem, off+sVersion)
-			if ver&1 != 0 {
-				break // another stripe's writer: not free
-			}
-			meta := mem.Load64(m.mem, off+sMeta)
-			deadline := int64(mem.Load64(m.mem, off+sDeadline))
-			if mem.Load64(m.mem, off+sVersion) != ver {
-				continue
-			}
-			sv := view{off: off, ver: ver, meta: meta, deadline: deadline}
-			switch st := metaState(meta); {
-			case st == stateEmpty || st == stateTombstone:
-				return v, sv, false
-			case st == stateLive && deadline != 0 && lapsed(deadline):
-				if r, ok := m.reclaim(s, sv); ok {
-					return v, r, false
-				}
-			}
-			break
-		}
-		if i++; i == m.slots {
-			i = 0
-		}
-	}
-	return v, free, false
+	return v, m.firstFree(h), false
 }
 
 // firstFree finds, by the tags, the first slot from h's home that is empty
-// or a tombstone, within the probe limit.
-func (m *Map) firstFree(h uint64) (view, bool) {
-	i := m.home(h)
-	for left := m.probeLimit(); left > 0; left-- {
-		skip, t := m.nextFree(i, left)
+// or a tombstone, within the probe bound; off is -1 when there is none.
+// The caller holds h's segment, so tags and slots agree, but a tag the
+// slot belies (a damaged file) is passed over rather than trusted.
+func (m *Map) firstFree(h uint64) view {
+	_, sp, i := m.place(h)
+	left := min(sp.len(), probeBound)
+	for left > 0 {
+		skip, _ := m.scanTags(sp, i, left, belowFree, 0)
 		if skip == left {
-			return view{}, false
+			break
 		}
-		i, left = m.wrapAdd(i, skip), left-skip
+		i, left = sp.add(i, skip), left-skip
 		off := m.slotOff(i)
 		ver := mem.Load64(m.mem, off+sVersion)
 		meta := mem.Load64(m.mem, off+sMeta)
-		if st := metaState(meta); ver&1 == 0 && (st == stateEmpty || st == stateTombstone) &&
-			mem.Load64(m.mem, off+sVersion) == ver {
-			return view{off: off, ver: ver, meta: meta}, true
+		if st := metaState(meta); ver&1 == 0 && (st == stateEmpty || st == stateTombstone) {
+			return view{off: off, ver: ver, meta: meta}
 		}
-		if t == 0 {
-			return view{}, false // claimed since: let the slot-by-slot search decide
-		}
-		i = m.wrapAdd(i, 1)
+		i, left = sp.add(i, 1), left-1
 	}
-	return view{}, false
+	return view{off: -1}
 }
 
-// nextFree is scanTags for the tags of free slots: 0, tagUnknown and
-// tagTombstone.
-func (m *Map) nextFree(i, left uint64) (skip uint64, t byte) {
-	for skip < left {
-		n := min(8, m.slots-i, left-skip)
-		w := mem.Load8(m.mem, m.tagBase+int(i))
-		if cand := bytesBelow(w, tagTombstone+1) & (1<<(n*8) - 1); cand != 0 {
-			b := uint64(bits.TrailingZeros64(cand)) / 8
-			return skip + b, byte(w >> (b * 8))
-		}
-		skip += n
-		if i += n; i == m.slots {
-			i = 0
-		}
-	}
-	return left, 0
-}
-
-// seek finds key's slot holding its stripe, skipping foreign slots by
-// their tags as readKey does. A slot being written belongs to another
-// stripe's writer, so it is not the key's.
+// seek finds key's live slot holding its stripe, skipping foreign slots by
+// their tags as readKey does.
 func (m *Map) seek(key string, h uint64) (view, bool) {
-	i := m.home(h)
+	_, sp, i := m.place(h)
 	wantTag := tagOf(h)
-	for left := m.probeLimit(); left > 0; left-- {
-		skip, t := m.nextCandidate(i, left, wantTag)
+	for left := m.probeLimit(sp); left > 0; {
+		skip, t := m.scanTags(sp, i, left, belowKey, wantTag)
 		if skip == left || t == 0 {
 			return view{}, false
 		}
-		i, left = m.wrapAdd(i, skip), left-skip
+		i, left = sp.add(i, skip), left-skip
 		off := m.slotOff(i)
-		for {
-			ver := mem.Load64(m.mem, off+sVersion)
-			if ver&1 != 0 {
-				break
-			}
-			meta := mem.Load64(m.mem, off+sMeta)
-			isKey := m.holds(off, meta, key, h)
+		ver := mem.Load64(m.mem, off+sVersion)
+		meta := mem.Load64(m.mem, off+sMeta)
+		if ver&1 == 0 && m.holds(off, meta, key, h) {
 			deadline := int64(mem.Load64(m.mem, off+sDeadline))
-			if mem.Load64(m.mem, off+sVersion) != ver {
-				continue
-			}
-			if isKey {
+			if mem.Load64(m.mem, off+sVersion) == ver { // a lock-free Add moves no version
 				return view{off: off, ver: ver, meta: meta, deadline: deadline}, true
 			}
-			if metaState(meta) == stateEmpty {
-				return view{}, false
-			}
-			break
 		}
-		i = m.wrapAdd(i, 1)
+		i, left = sp.add(i, 1), left-1
 	}
 	return view{}, false
 }
 
-// reclaim turns another key's lapsed entry into a tombstone and returns
-// its new view. The caller holds stripe s; the entry's stripe, if another,
-// is taken only if free now, so two writers never wait on each other.
-func (m *Map) reclaim(s uint64, v view) (view, bool) {
-	other := m.stripeOf(mem.Load64(m.mem, v.off+sHash))
-	if other != s {
-		// Only a free lock: taking over a dead owner's means a recount,
-		// which needs every stripe, and we hold one.
-		if !mem.CAS64(m.mem, m.lockOff(other), 0, m.a.self) {
-			return v, false
-		}
-		defer m.release(other)
-	}
-	if mem.Load64(m.mem, v.off+sVersion) != v.ver {
-		return v, false
-	}
-	if !m.remove(other, v) {
-		return v, false
-	}
-	m.stat(mhExpired)
-	v.ver = mem.Load64(m.mem, v.off+sVersion)
-	v.meta = mem.Load64(m.mem, v.off+sMeta)
-	v.deadline = 0
-	return v, true
-}
-
-// claim takes a free slot for a new key, starting at free and moving on
-// when another stripe's writer takes it first. It returns the slot, begun
-// for writing by stripe s, its odd version (for end), and whether it was a
-// tombstone.
-func (m *Map) claim(s, h uint64, free view) (off int, odd uint64, wasTomb bool, ok bool) {
-	if free.off < 0 {
-		return 0, 0, false, false
-	}
-	i := m.slotIndex(free.off)
-	intent := m.lockOff(s) + 8
-	for probes := uint64(0); probes < m.slots; probes++ {
-		off := m.slotOff(i)
-		ver := mem.Load64(m.mem, off+sVersion)
-		st := metaState(mem.Load64(m.mem, off+sMeta))
-		if ver&1 == 0 && (st == stateEmpty || st == stateTombstone) {
-			mem.Put64(m.mem, intent, i+1) // ordered before the CAS by it
-			m.setTag(i, tagUnknown)
-			if odd = m.begun(ver, s); mem.CAS64(m.mem, off+sVersion, ver, odd) {
-				m.setTag(i, tagOf(h))
-				m.noteDistance(m.home(h), i)
-				return off, odd, st == stateTombstone, true
+// collectPath removes the lapsed entries on h's probe path, up to the
+// first empty slot, counting them in Expired. A removal may move entries
+// back over the path (see remove), so each starts the walk again; a few
+// suffice to keep the path clean, and the bound keeps an insert's cost
+// bounded whatever the file holds.
+func (m *Map) collectPath(s uint64, h uint64) {
+	_, sp, home := m.place(h)
+	for range 8 {
+		i, left := home, m.probeLimit(sp)
+		found := false
+		for ; left > 0; i, left = sp.add(i, 1), left-1 {
+			off := m.slotOff(i)
+			meta := mem.Load64(m.mem, off+sMeta)
+			if metaState(meta) == stateEmpty {
+				break
+			}
+			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			if metaState(meta) == stateLive && lapsed(deadline) {
+				v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: meta, deadline: deadline}
+				if v.ver&1 == 0 && m.remove(s, v) {
+					m.stat(mhExpired)
+					found = true
+				}
+				break
 			}
 		}
-		if i++; i == m.slots {
-			i = 0
+		if !found {
+			return
 		}
 	}
-	mem.Put64(m.mem, intent, 0)
-	return 0, 0, false, false
+}
+
+// claim begins the free slot for a new key with hash h, holding its
+// stripe s. It returns the slot's odd version (for end) and whether it was
+// a tombstone.
+func (m *Map) claim(s, h uint64, free view) (odd uint64, wasTomb bool) {
+	i := m.slotIndex(free.off)
+	odd = m.begin(s, free)
+	m.setTag(i, tagOf(h))
+	_, sp, home := m.place(h)
+	m.noteDistance(sp, home, i)
+	return odd, metaState(free.meta) == stateTombstone
 }
 
 func (m *Map) begun(ver, s uint64) uint64 { return (ver>>seqShift+1)<<seqShift | s<<1 | 1 }
@@ -275,26 +196,8 @@ func (m *Map) noteDeadlines() {
 	}
 }
 
-// remove makes the live slot v a tombstone. Caller holds stripe s. It
-// reports false when the stripe turned out to be lost (see end).
-func (m *Map) remove(s uint64, v view) bool {
-	odd := m.begin(s, v)
-	crashPoint("delete")
-	mem.Store64(m.mem, v.off+sMeta, metaOf(stateTombstone, 0, 0, 0))
-	mem.Store64(m.mem, v.off+sDeadline, 0)
-	// Before end: once the slot is at rest another stripe's insert may
-	// claim it and tag it, and a late tombstone tag would hide that key.
-	m.setTag(m.slotIndex(v.off), tagTombstone)
-	if !m.end(v.off, odd) {
-		return false
-	}
-	m.addCounts(s, -1, 1)
-	m.clearIntent(s)
-	return true
-}
-
 // put writes e holding stripe s: over the key's slot v if found, else
-// into a free slot claimed from free on.
+// into the free slot free, or one made free (see makeRoom).
 func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	if found {
 		odd := m.begin(s, v)
@@ -304,17 +207,28 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 			return m.errLockLost(s)
 		}
 		m.clearIntent(s)
+		if m.q.on {
+			m.touch(m.slotIndex(v.off))
+		}
 		return nil
 	}
-	off, odd, wasTomb, ok := m.claim(s, e.h, free)
-	if !ok {
-		m.stat(mhFull)
-		return fmt.Errorf("shmarena: map %s: %w (%d slots)", quote(m.name), ErrFull, m.slots)
+	if m.q.on {
+		free = m.makeRoom(s, e.h, free)
 	}
+	if free.off < 0 {
+		if m.q.on {
+			return m.replaceNear(s, e)
+		}
+		return m.refuse(s, e.h)
+	}
+	odd, wasTomb := m.claim(s, e.h, free)
 	crashPoint("claimed")
-	m.fill(off, e)
+	m.fill(free.off, e)
+	if m.q.on {
+		m.enqueue(s, m.slotIndex(free.off), e.h)
+	}
 	crashPoint("insert")
-	if !m.end(off, odd) {
+	if !m.end(free.off, odd) {
 		return m.errLockLost(s)
 	}
 	if wasTomb {
@@ -324,6 +238,19 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	}
 	m.clearIntent(s)
 	return nil
+}
+
+// refuse counts and returns a plain map's ErrFull for a new key of hash h:
+// its segment is full, or has no free slot within the probe bound.
+func (m *Map) refuse(s uint64, h uint64) error {
+	m.stat(mhFull)
+	sp := m.span(s)
+	if m.used(s) < sp.len() {
+		m.stat(mhProbeLimited)
+		return fmt.Errorf("shmarena: map %s: %w: no free slot within %d of the key's home (%d of %d slots in its segment used)",
+			quote(m.name), ErrFull, min(sp.len(), probeBound), m.used(s), sp.len())
+	}
+	return fmt.Errorf("shmarena: map %s: %w (%d slots; the key's segment of %d is full)", quote(m.name), ErrFull, m.slots, sp.len())
 }
 
 // crashHook, when set by a test, is called inside the critical sections

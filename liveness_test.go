@@ -79,7 +79,7 @@ func TestReaderWaitsForLiveRecoverer(t *testing.T) {
 							time.Sleep(20 * time.Millisecond)
 							mr, err := recoverer.Map("m", WithSlots(64), WithStripes(4))
 							if err == nil {
-								mr.repairStripe(s)
+								mr.repairSegment(s)
 								mr.release(s)
 							}
 						}()
@@ -105,7 +105,7 @@ func TestReaderWaitsForLiveRecoverer(t *testing.T) {
 			// Let the recoverer finish now, so the arena closes clean.
 			m2, err := recoverer.Map("m", WithSlots(64), WithStripes(4))
 			require.NoError(t, err)
-			m2.repairStripe(s)
+			m2.repairSegment(s)
 			require.True(t, m2.release(s))
 		})
 	}
@@ -162,7 +162,7 @@ func TestLostLockIsReported(t *testing.T) {
 		}
 		// The recoverer takes the stripe and makes the slot a tombstone.
 		require.True(t, mem.CAS64(m.mem, m.lockOff(s), a.self, other.self))
-		mo.repairStripe(s)
+		mo.repairSegment(s)
 	}
 	err = m.Store("k", []byte("new"))
 	crashHook = nil

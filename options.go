@@ -29,6 +29,7 @@ type RegionOption func(*regionConfig)
 type regionConfig struct {
 	slots, slotSize, stripes int64
 	encoded                  bool
+	evict                    bool
 	inFlight                 int64
 	inFlightSet              bool
 }
@@ -61,10 +62,33 @@ func WithMaxInFlight(n int) RegionOption {
 	return func(c *regionConfig) { c.inFlight, c.inFlightSet = int64(n), true }
 }
 
-// WithStripes sets how many write locks a map has (default 64, at most
-// 65536 and at most the number of slots). Writers of keys on different
-// stripes never wait for each other.
+// WithStripes sets the most write locks a map may have (default 64, at
+// most 65536). Each lock owns one segment: a run of the map's slots where
+// its keys live and probe, at least minSegmentSlots (256) of them, so the
+// map has min(n, slots/256) locks, and at least one: 64 locks from 16,384
+// slots up with the default, one for a map of under 512 slots. Writers of
+// keys in different segments never wait for each other. A key's segment
+// is fixed by its hash, so a plain map refuses a new key when that key's
+// segment is full (see ErrFull), a little before every slot is used.
 func WithStripes(n int) RegionOption { return func(c *regionConfig) { c.stripes = int64(n) } }
+
+// WithEviction makes a map a cache: when a new key needs room, the map
+// evicts another entry instead of refusing with ErrFull. It is part of the
+// map's shape: a process asking for the map without it (or with it, for a
+// map made without) gets ErrShape naming the field. A map refuses it with
+// no effect only for rings (ErrInvalid).
+//
+// Eviction follows S3-FIFO (Yang et al., SOSP 2023) per segment: a new key
+// enters a small FIFO queue of about a tenth of the segment; at its head a
+// key read since it entered moves to the main FIFO queue, else it is
+// evicted; at the main queue's head a key read since it was last there goes
+// around again (each read counts, up to 3), else it is evicted. Lapsed
+// entries go first, counted in MapStats.Expired rather than Evicted. A
+// segment holds at most 7/8 of its slots live, so probes stay short, and
+// its queues cost 8 bytes per slot plus a byte per slot for the read
+// counts. A read hit writes that byte only while it is below 3, and it
+// lives apart from the slots readers validate.
+func WithEviction() RegionOption { return func(c *regionConfig) { c.evict = true } }
 
 // A WriteOption modifies one write to a map. It is a value rather than a
 // function so that passing one costs no allocation on the write path.

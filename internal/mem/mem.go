@@ -187,3 +187,42 @@ func Zero(b []byte, off, n int) {
 		Store64(b, o, 0)
 	}
 }
+
+// LoadByte atomically loads the byte at off (any alignment), as part of
+// the aligned 32-bit word holding it.
+func LoadByte(b []byte, off int) byte {
+	w := Load32(b, off&^3)
+	return byte(w >> ((off & 3) * 8))
+}
+
+// StoreByte atomically sets the byte at off to v, leaving its neighbours
+// as concurrent writers of those bytes left them: a compare-and-swap of
+// the aligned 32-bit word holding it, retried while a neighbour changes.
+func StoreByte(b []byte, off int, v byte) {
+	p := p32(b, off&^3)
+	shift := uint(off&3) * 8
+	for {
+		w := atomic.LoadUint32(p)
+		nw := w&^(0xff<<shift) | uint32(v)<<shift
+		if w == nw || atomic.CompareAndSwapUint32(p, w, nw) {
+			return
+		}
+	}
+}
+
+// CASByte atomically sets the byte at off to new if it holds old, and
+// reports whether it did; a change to a neighbouring byte meanwhile makes
+// it try again rather than fail.
+func CASByte(b []byte, off int, old, new byte) bool {
+	p := p32(b, off&^3)
+	shift := uint(off&3) * 8
+	for {
+		w := atomic.LoadUint32(p)
+		if byte(w>>shift) != old {
+			return false
+		}
+		if atomic.CompareAndSwapUint32(p, w, w&^(0xff<<shift)|uint32(new)<<shift) {
+			return true
+		}
+	}
+}
