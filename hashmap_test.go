@@ -292,6 +292,26 @@ func TestMapModel(t *testing.T) {
 	runModel(t, m, r, 20000)
 }
 
+// An evicting map against the model: tables smaller than the key set, so
+// eviction runs all the time, with one segment and with several (1,024
+// slots make four).
+func TestMapModelEvicting(t *testing.T) {
+	for _, slots := range []int{1, 5, 16, 97, 1024} {
+		t.Run(strconv.Itoa(slots), func(t *testing.T) {
+			m := testMap(t, WithSlots(slots), WithSlotSize(64), WithEviction())
+			runModelKeys(t, m, rand.New(rand.NewPCG(uint64(slots), 3)), 20000, max(2*slots, 40))
+			require.Positive(t, m.Stats().Evicted)
+		})
+	}
+}
+
+// A plain map of several segments against the model.
+func TestMapModelSegments(t *testing.T) {
+	m := testMap(t, WithSlots(1024), WithSlotSize(64))
+	require.Equal(t, uint64(4), m.stripes)
+	runModelKeys(t, m, rand.New(rand.NewPCG(5, 6)), 30000, 900)
+}
+
 // Tables of under eight slots, where every probe wraps and a window of
 // eight tags reaches past the last one.
 func TestMapModelSmallTables(t *testing.T) {
@@ -336,20 +356,52 @@ func TestMapSmallTablePaddingLikeATag(t *testing.T) {
 }
 
 func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
+	runModelKeys(t, m, r, steps, 120)
+}
+
+// runModelKeys runs steps random operations on keys k0 to k(nkeys-1)
+// against a Go map as the model, with a Clear one step in 10 x nkeys. On an
+// evicting map a key may vanish from the map and not the model; the model
+// learns it before each operation on the key (see sync), and counts it:
+// every key so lost must be one the map counted as evicted or expired.
+// Nothing vanishes from a plain map, and a key present in the map always
+// holds the model's value.
+func runModelKeys(t testing.TB, m *Map, r *rand.Rand, steps, nkeys int) {
 	model := map[string][]byte{}
 	counters := map[string]bool{}
+	evicting := m.q.on
+	vanished := uint64(0)
+	sync := func(k string) {
+		if _, ok := model[k]; ok && evicting && !m.Exists(k) {
+			delete(model, k)
+			delete(counters, k)
+			vanished++
+		}
+	}
+	full := func(err error) bool { // ErrFull, which an evicting map never returns
+		if errors.Is(err, ErrFull) && evicting {
+			require.Fail(t, "an evicting map refused a key", "%v", err)
+		}
+		return errors.Is(err, ErrFull)
+	}
 	for step := 0; step < steps; step++ {
-		k := "k" + strconv.Itoa(r.IntN(120))
-		val := bytes.Repeat([]byte{byte(r.IntN(256))}, r.IntN(m.MaxPair()-3))
+		k := "k" + strconv.Itoa(r.IntN(nkeys))
+		val := bytes.Repeat([]byte{byte(r.IntN(256))}, r.IntN(m.MaxPair()-len(k)+1))
+		if r.IntN(10*nkeys) == 0 {
+			m.Clear()
+			clear(model)
+			clear(counters)
+			require.Zero(t, m.Len())
+			continue
+		}
+		sync(k)
 		switch op := r.IntN(10); op {
 		case 0, 1:
 			err := m.Store(k, val)
-			if _, ok := model[k]; ok || err == nil {
+			if _, ok := model[k]; ok || !full(err) {
 				require.NoError(t, err)
 				model[k] = val
 				delete(counters, k)
-			} else {
-				require.ErrorIs(t, err, ErrFull)
 			}
 		case 2:
 			got, ok := m.Load(k)
@@ -369,7 +421,7 @@ func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
 			switch {
 			case present && !counters[k]:
 				require.ErrorIs(t, err, ErrNotCounter)
-			case !present && errors.Is(err, ErrFull):
+			case !present && full(err):
 			default:
 				require.NoError(t, err)
 				var old int64
@@ -384,7 +436,7 @@ func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
 			prev, loaded, err := m.Swap(k, val)
 			want, wok := model[k]
 			if err != nil {
-				require.ErrorIs(t, err, ErrFull)
+				require.True(t, full(err), "%v", err)
 				require.False(t, wok)
 				continue
 			}
@@ -395,9 +447,12 @@ func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
 			model[k] = val
 			delete(counters, k)
 		case 6:
-			require.Equal(t, len(model), m.Len())
+			if !evicting {
+				require.Equal(t, len(model), m.Len())
+			}
 			st := m.Stats()
 			require.LessOrEqual(t, st.Used+st.Tombstones, st.Capacity)
+			require.LessOrEqual(t, vanished, st.Evicted+st.Expired, "keys vanished that the map never counted as evicted")
 		case 7:
 			got, loaded := m.LoadAndDelete(k)
 			want, wok := model[k]
@@ -432,13 +487,16 @@ func runModel(t testing.TB, m *Map, r *rand.Rand, steps int) {
 			}
 		}
 	}
-	require.Equal(t, len(model), m.Len())
 	got := maps.Collect(m.All())
-	if len(model) == 0 {
-		require.Empty(t, got)
-	} else {
-		require.Equal(t, model, got)
+	for k, v := range got {
+		require.Equal(t, model[k], v, "key %s: the map holds a value the model does not", k)
 	}
+	if !evicting {
+		require.Len(t, got, len(model))
+	}
+	require.Equal(t, len(got), m.Len())
+	st := m.Stats()
+	require.LessOrEqual(t, vanished+uint64(len(model)-len(got)), st.Evicted+st.Expired)
 }
 
 func leUint64(b []byte) uint64 {
@@ -462,13 +520,19 @@ func FuzzMapOps(f *testing.F) {
 	f.Add(uint64(1), uint64(2))
 	f.Add(uint64(99), uint64(7))
 	f.Add(uint64(4), uint64(3))
+	f.Add(uint64(5), uint64(6)) // evicting
+	f.Add(uint64(8), uint64(9)) // evicting, 3 slots
 	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
 		// 61 slots, or 2 to 9 (where every probe wraps) for one seed in 4.
 		slots := 61
 		if s1%4 == 0 {
 			slots = 2 + int(s2%8)
 		}
-		m := testMap(t, WithSlots(slots), WithSlotSize(64), WithStripes(min(slots, 3)))
+		var opts []RegionOption
+		if s2%3 == 0 {
+			opts = append(opts, WithEviction())
+		}
+		m := testMap(t, append(opts, WithSlots(slots), WithSlotSize(64), WithStripes(min(slots, 3)))...)
 		runModel(t, m, rand.New(rand.NewPCG(s1, s2)), 500)
 	})
 }
