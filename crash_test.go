@@ -30,7 +30,7 @@ import (
 
 // The crash map's shape. Few stripes, so neighbours share the victim's.
 const (
-	crashSlots    = 64
+	crashSlots    = 1024
 	crashSlotSize = 96
 	crashStripes  = 4
 	crashBound    = time.Second * raceSlowdown
@@ -134,12 +134,13 @@ func killParked(t *testing.T, cmd *exec.Cmd, point string) time.Time {
 
 // keyInStripe returns a key named prefix-N that hashes to stripe s.
 func keyInStripe(m *Map, prefix string, s uint64) string {
-	for i := 0; ; i++ {
+	for i := 0; i < 1<<20; i++ {
 		k := prefix + "-" + strconv.Itoa(i)
 		if m.stripeOf(m.hashKey(k)) == s {
 			return k
 		}
 	}
+	panic(fmt.Sprintf("no key in stripe %d of a map of %d", s, m.stripes))
 }
 
 // tableCounts walks every slot and counts live entries and tombstones,
