@@ -926,7 +926,7 @@ func TestMapInsertTakesFirstFreeSlot(t *testing.T) {
 // sends to searchKey costs both paths.
 func TestReadNearDecidesCommonCases(t *testing.T) {
 	m := testMap(t, WithSlots(1024), WithSlotSize(64), WithStripes(1)) // MaxPair 32: the pairs below fill it
-	counter := "counter-0123456789abcdef"              // 24 bytes and the 8-byte value
+	counter := "counter-0123456789abcdef"                              // 24 bytes and the 8-byte value
 	require.NoError(t, m.Store("plain", []byte("a value of 27 bytes .......")))
 	require.NoError(t, m.Store("ttl", []byte("value"), WithTTL(time.Hour)))
 	_, err := m.Add(counter, 7)
