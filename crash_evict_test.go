@@ -1,0 +1,142 @@
+package shmarena
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/rlock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// SIGKILL inside eviction and inside a delete's moves: the next writer of
+// the segment repairs it within crashBound, and the map holds no key
+// twice, no tombstone, no half-written value, and counts that agree with
+// its slots.
+
+func crashEvictMap(a *Arena) (*Map, error) {
+	return a.Map("evict", WithSlots(256), WithSlotSize(128), WithEviction())
+}
+
+func init() {
+	// crash-evict-op stores new keys (SHMARENA_OP=store) or deletes the
+	// keys "k0" on (delete) until it reaches crash point SHMARENA_POINT,
+	// where it parks until killed.
+	childRoles["crash-evict-op"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		m, err := crashEvictMap(a)
+		if err != nil {
+			return err
+		}
+		parkAt(os.Getenv("SHMARENA_POINT"))
+		for i := range 10000 {
+			switch os.Getenv("SHMARENA_OP") {
+			case "store":
+				k := "new" + strconv.Itoa(i)
+				err = m.Store(k, churnValue(k))
+			case "delete":
+				m.Delete("k" + strconv.Itoa(i))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("never reached crash point %s", os.Getenv("SHMARENA_POINT"))
+	}
+}
+
+func TestCrashInsideEvictionAndMoves(t *testing.T) {
+	for _, tc := range []struct{ op, point string }{
+		{"store", "evict"},   // chose a victim, about to remove it
+		{"store", "move"},    // an eviction's delete, mid-move
+		{"delete", "move"},   // a delete, mid-move: the entry in two slots
+		{"delete", "delete"}, // a delete, its slot mid-write
+		{"store", "claimed"}, // an insert after evicting, mid-write
+	} {
+		t.Run(tc.op+"-"+tc.point, func(t *testing.T) {
+			a, path := tempArena(t, 1<<20)
+			m, err := crashEvictMap(a)
+			require.NoError(t, err)
+			sp := m.span(0)
+			before := map[string]bool{}
+			for i := range int(capacity(sp.len())) {
+				k := "k" + strconv.Itoa(i)
+				require.NoError(t, m.Store(k, churnValue(k)))
+				before[k] = true
+			}
+			require.Zero(t, m.Stats().Evicted)
+			killed := killParked(t, child(t, "crash-evict-op", "SHMARENA_PATH="+path,
+				"SHMARENA_OP="+tc.op, "SHMARENA_POINT="+tc.point), tc.point)
+			require.NotZero(t, rlock.Owner(m.mem, m.lockOff(0)), "the child died holding the segment")
+
+			require.NoError(t, m.Store("after", churnValue("after")))
+			d := time.Since(killed)
+			noteTakeover(t, "evicting map, "+tc.op+" at "+tc.point, d)
+			st := m.Stats()
+			assert.Positive(t, st.Recoveries)
+
+			seen := map[string]bool{}
+			live := 0
+			for i := sp.lo; i < sp.hi; i++ {
+				off := m.slotOff(i)
+				require.Zero(t, mem.Load64(m.mem, off+sVersion)&1, "slot %d odd", i)
+				meta := mem.Load64(m.mem, off+sMeta)
+				if metaState(meta) == stateEmpty {
+					require.Zero(t, m.tag(i))
+					continue
+				}
+				require.Equal(t, uint64(stateLive), metaState(meta), "slot %d: a tombstone at rest", i)
+				live++
+				k := string(mem.AppendBytes(nil, m.mem, keyOff(off, meta), metaKeyLen(meta)))
+				require.False(t, seen[k], "key %s twice", k)
+				seen[k] = true
+				require.Equal(t, tagOf(m.hashKey(k)), m.tag(i), k)
+				v, ok := m.Load(k)
+				require.True(t, ok, "key %s in slot %d does not read", k, i)
+				require.True(t, bytes.Equal(churnValue(k), v), "key %s: %q", k, v)
+			}
+			require.Equal(t, live, st.Used)
+			require.Zero(t, st.Tombstones)
+			require.Zero(t, mem.Load64(m.mem, m.lockOff(0)+stMoveVer)&1, "moves left open")
+			require.True(t, seen["after"])
+			lost := 0
+			for k := range before {
+				if !seen[k] {
+					lost++
+				}
+			}
+			if tc.op == "store" {
+				// What vanished was evicted: by the child, counted before it
+				// died or not (one in flight), or by the store after.
+				require.LessOrEqual(t, uint64(lost), st.Evicted+1, "keys lost beyond evictions")
+			} else {
+				// The child deleted k0, k1, ... in order: what is gone is
+				// a prefix of them (the one in flight either way).
+				for i := range lost {
+					require.False(t, seen["k"+strconv.Itoa(i)], "k%d kept while a later key was lost", i)
+				}
+				require.Positive(t, lost)
+			}
+			require.Zero(t, rlock.Owner(m.mem, m.lockOff(0)))
+			// And it keeps working: a round of churn, then every key reads.
+			for i := range 300 {
+				k := "later" + strconv.Itoa(i)
+				require.NoError(t, m.Store(k, churnValue(k)))
+				m.Delete("k" + strconv.Itoa(i))
+			}
+			for k := range m.Keys() {
+				v, ok := m.Load(k)
+				require.True(t, ok, k)
+				require.Equal(t, churnValue(k), v, k)
+			}
+		})
+	}
+}
