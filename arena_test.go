@@ -62,7 +62,7 @@ func TestOpenCreateAttach(t *testing.T) {
 
 // The same file mapped twice in one process works at both addresses.
 func TestTwoMappingsOneProcess(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
@@ -194,7 +194,7 @@ func TestInterruptedCreate(t *testing.T) {
 }
 
 func TestRegionShapes(t *testing.T) {
-	a, _ := tempArena(t, 1<<20)
+	a, _ := tempArena(t, 4<<20)
 	_, err := a.Map("", WithSlots(4))
 	require.ErrorIs(t, err, ErrInvalid)
 	_, err = a.Map(string(make([]byte, 49)), WithSlots(4))
@@ -234,7 +234,7 @@ func TestFullFilesystem(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	a, _ := tempArena(t, 1<<20)
+	a, _ := tempArena(t, 4<<20)
 	m, err := a.Map("m")
 	require.NoError(t, err)
 	require.NoError(t, m.Store("k", []byte("v")))
@@ -262,7 +262,7 @@ func TestClose(t *testing.T) {
 // Operations racing with Close never crash the process.
 func TestCloseRacingOperations(t *testing.T) {
 	for range 20 {
-		a, _ := tempArena(t, 1<<20)
+		a, _ := tempArena(t, 4<<20)
 		m, err := a.Map("m", WithSlots(64))
 		require.NoError(t, err)
 		var wg sync.WaitGroup
@@ -327,8 +327,8 @@ func TestMemfdSharedWithChildren(t *testing.T) {
 // A file whose boot id is not this boot's has no live owner: attaching
 // clears its locks and half-done writes.
 func TestRebootClearsLocks(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
-	m, err := a.Map("m", WithSlots(1024), WithStripes(4))
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("m", WithSlots(4096), WithStripes(4))
 	require.NoError(t, err)
 	require.NoError(t, m.Store("k", []byte("v")))
 	require.NoError(t, m.Store("x", []byte("w")))
@@ -352,7 +352,7 @@ func TestRebootClearsLocks(t *testing.T) {
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
-	mb, err := b.Map("m", WithSlots(1024), WithStripes(4))
+	mb, err := b.Map("m", WithSlots(4096), WithStripes(4))
 	require.NoError(t, err)
 	require.NoError(t, mb.Store("k2", []byte("v2")), "stripes are free again")
 	got, ok := mb.Load("k")
@@ -368,8 +368,8 @@ func TestRebootClearsLocks(t *testing.T) {
 // from another machine's arena, say) clears nothing: the kernel proves the
 // holder alive, and its lock stays its own.
 func TestBootIDChangeKeepsLiveLocks(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
-	m, err := a.Map("m", WithSlots(1024), WithStripes(4))
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("m", WithSlots(4096), WithStripes(4))
 	require.NoError(t, err)
 	require.True(t, m.lock(1))
 	defer m.unlock(1)
@@ -382,7 +382,7 @@ func TestBootIDChangeKeepsLiveLocks(t *testing.T) {
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
-	mb, err := b.Map("m", WithSlots(1024), WithStripes(4))
+	mb, err := b.Map("m", WithSlots(4096), WithStripes(4))
 	require.NoError(t, err)
 	require.Equal(t, a.self, rlock.Owner(mb.mem, mb.lockOff(1)), "the live handle still holds its stripe")
 	ok, _ = rlock.TryAcquire(mb.mem, mb.lockOff(1), b.own)
@@ -403,7 +403,7 @@ func TestErrorsAreDistinct(t *testing.T) {
 // Close waits for a lock this process holds to be released, so the lock
 // is not left held in the file by a live process.
 func TestCloseWaitsForHeldLocks(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
 	m, err := a.Map("m", WithStripes(4))
 	require.NoError(t, err)
 	b, err := Open(path)
@@ -467,7 +467,7 @@ func TestRacingCreate(t *testing.T) {
 
 // A write still holding its lock well into Close finishes in the file.
 func TestCloseLetsSlowWriteFinish(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
 	m, err := a.Map("m", WithStripes(4))
 	require.NoError(t, err)
 	b, err := Open(path)
@@ -524,13 +524,13 @@ func TestRegionBytesSizeAnArena(t *testing.T) {
 // longer than Close's wait, never leave a lock held in the file, and a
 // write reported done is in the file.
 func TestCloseUnderContendedSlowWrites(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
-	m, err := a.Map("m", WithStripes(2), WithSlots(512))
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("m", WithStripes(2), WithSlots(2048))
 	require.NoError(t, err)
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
-	mb, err := b.Map("m", WithStripes(2), WithSlots(512))
+	mb, err := b.Map("m", WithStripes(2), WithSlots(2048))
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	done := make(chan string, 64)
@@ -620,7 +620,7 @@ func TestErrorMessagesHaveOnePrefix(t *testing.T) {
 	requireOnePrefix(t, err) // ErrNotArena, through a descriptor
 	require.Contains(t, err.Error(), "open the arena's file descriptor:")
 
-	a, _ := tempArena(t, 1<<20)
+	a, _ := tempArena(t, 4<<20)
 	_, err = a.Map("", WithSlots(16))
 	requireOnePrefix(t, err) // ErrInvalid: the name
 	_, err = a.Map("m", WithSlots(0))
@@ -691,8 +691,8 @@ func TestOpenRacingCreateRemoveErrorPrefix(t *testing.T) {
 // hashes alike, and no one who cannot read the file knows which keys
 // collide.
 func TestHashSeedPerArena(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
-	b, _ := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
+	b, _ := tempArena(t, 4<<20)
 	require.NotEqual(t, a.seed, b.seed, "two arenas drew the same 64-bit seed")
 	require.Equal(t, a.seed, layout.ReadHeader(a.mem).Seed)
 	again, err := Open(path)

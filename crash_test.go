@@ -30,7 +30,7 @@ import (
 
 // The crash map's shape. Few stripes, so neighbours share the victim's.
 const (
-	crashSlots    = 1024
+	crashSlots    = 4096
 	crashSlotSize = 96
 	crashStripes  = 4
 	crashBound    = time.Second * raceSlowdown
@@ -175,7 +175,7 @@ type crashFixture struct {
 }
 
 func newCrashFixture(t *testing.T) *crashFixture {
-	a, path := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
 	m, err := crashMap(a)
 	require.NoError(t, err)
 	f := &crashFixture{a: a, path: path, m: m, s: 1, neigh: map[string]string{}}

@@ -91,7 +91,7 @@ const (
 	// more than one: keys land in segments by hash, and the fewer slots a
 	// segment has the further its share strays from the average, so small
 	// segments fill while others have room.
-	minSegmentSlots = 256
+	minSegmentSlots = 1024
 
 	// probeBound caps every probe: an insert that finds no free slot
 	// within it is refused (ErrFull) or, in an evicting map, replaces an
