@@ -47,6 +47,7 @@ func (m *Map) clearSegment(s uint64) {
 	if m.q.on {
 		m.small(s).reset(m.mem)
 		m.main(s).reset(m.mem)
+		m.clearGhost(s)
 	}
 	mem.Store64(m.mem, m.lockOff(s)+stUsed, 0)
 	mem.Store64(m.mem, m.lockOff(s)+stTomb, 0)
