@@ -166,3 +166,62 @@ func verdict(m float64, r Row) string {
 	}
 	return strings.Join(out, ", ")
 }
+
+// WhatIf is one trace at one size C under changes to the map's policy
+// that issue 13 could make, simulated on the map's model (segments, 7/8
+// live, no ghost, to main after one read).
+type WhatIf struct {
+	Trace                 string
+	C                     int
+	S3, Model             float64
+	Ghost, Live1516, Both float64 // model + ghost; model holding 15/16; both
+}
+
+// MeasureWhatIf simulates the what-if variants of every spec at every
+// size, logging progress to log (which may be nil).
+func MeasureWhatIf(specs []Spec, sizes []int, log io.Writer) ([]WhatIf, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	live1516 := func(n int) int { return max(1, n-n/16) }
+	var out []WhatIf
+	for _, sp := range specs {
+		tr, err := Generate(sp)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range sizes {
+			w := WhatIf{Trace: sp.Name, C: c}
+			model := S3Config{SegmentSlots: c, Segments: Segments(c), NoGhost: true, Threshold: 1}
+			ghost, l16, both := model, model, model
+			ghost.NoGhost, l16.Live = false, live1516
+			both.NoGhost, both.Live = false, live1516
+			for _, s := range []struct {
+				dst *float64
+				cfg S3Config
+			}{{&w.S3, S3Config{Capacity: c}}, {&w.Model, model}, {&w.Ghost, ghost}, {&w.Live1516, l16}, {&w.Both, both}} {
+				r, err := Run(tr, NewS3FIFO(s.cfg))
+				if err != nil {
+					return nil, err
+				}
+				*s.dst = r.Ratio()
+			}
+			fmt.Fprintf(log, "  what-if %s C=%d: model %.4f ghost %.4f 15/16 %.4f both %.4f\n", sp.Name, c, w.Model, w.Ghost, w.Live1516, w.Both)
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// WhatIfMarkdown renders what-if rows as a table.
+func WhatIfMarkdown(ws []WhatIf) string {
+	var b strings.Builder
+	b.WriteString("| trace | C | S3-FIFO ref | map model (as shipped) | + ghost | holds 15/16 | + ghost, holds 15/16 |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, w := range ws {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s (%s) | %s (%s) | %s (%s) | %s (%s) |\n", w.Trace, w.C, pct(w.S3),
+			pct(w.Model), pts(w.Model-w.S3), pct(w.Ghost), pts(w.Ghost-w.S3), pct(w.Live1516), pts(w.Live1516-w.S3),
+			pct(w.Both), pts(w.Both-w.S3))
+	}
+	return b.String()
+}

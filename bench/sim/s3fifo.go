@@ -22,6 +22,9 @@ type S3Config struct {
 	// slots/Segments slots each (the last the remainder) and hold 7/8 of
 	// them, like shmarena's; Capacity is then ignored.
 	SegmentSlots int
+	// Live, with SegmentSlots, replaces MapCapacity as the entries a
+	// segment of n slots holds: for what-if runs.
+	Live func(n int) int
 }
 
 // S3FIFO simulates S3-FIFO (Yang et al., SOSP 2023) exactly as
@@ -66,7 +69,11 @@ func NewS3FIFO(c S3Config) *S3FIFO {
 			if i == n-1 {
 				sl = c.SegmentSlots - seg*(n-1)
 			}
-			caps[i] = MapCapacity(sl)
+			if c.Live != nil {
+				caps[i] = c.Live(sl)
+			} else {
+				caps[i] = MapCapacity(sl)
+			}
 		}
 	} else {
 		for i := range caps {
