@@ -447,7 +447,8 @@ func applyJournal(b []byte, goff int) {
 // reclaim leases again, with the lock held, the records in the window
 // whose lease ran out, whose holder is dead or that were Nacked and are
 // due, oldest first, up to max in out. A record at its delivery limit is
-// dead-lettered instead. An entry that does not describe its sequence
+// dead-lettered instead (see giveUp; one whose dead letter finds no room
+// stays pending and due). An entry that does not describe its sequence
 // (damaged) is made due for redelivery.
 func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Record {
 	r := g.r
@@ -490,6 +491,21 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 		}
 		deliv := uint32(st)
 		rec, res := r.readInto(seq, false, "", "", buf)
+		if g.maxDeliv != 0 && deliv >= g.maxDeliv {
+			switch g.giveUp(seq, deliv, rec, res) {
+			case giveWait:
+				continue
+			case giveDone:
+				crashPoint("dead-lettered")
+				done := pendWord(rl.StDone, deliv)
+				g.journalLease(seq, done, rl.GDeadLettered)
+				mem.Store64(b, e+rl.PState, done)
+				crashPoint("dead-finished")
+				applyLeaseJournal(b, g.goff, g.table, r.inFlight)
+				finished = true
+				continue
+			}
+		}
 		if res != readOK { // overwritten or damaged: cannot be delivered again
 			mem.Store64(b, e+rl.PState, pendWord(rl.StDone, deliv))
 			field := rl.GAbandoned
@@ -498,18 +514,6 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 			}
 			mem.Add64(b, g.goff+field, 1)
 			finished = true
-			continue
-		}
-		if g.maxDeliv != 0 && deliv >= g.maxDeliv {
-			if g.deadLetter(rec, deliv) {
-				crashPoint("dead-lettered")
-				done := pendWord(rl.StDone, deliv)
-				g.journalLease(seq, done, rl.GDeadLettered)
-				mem.Store64(b, e+rl.PState, done)
-				crashPoint("dead-finished")
-				applyLeaseJournal(b, g.goff, g.table, r.inFlight)
-				finished = true
-			}
 			continue
 		}
 		again := pendWord(rl.StPending, deliv+1)

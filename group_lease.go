@@ -135,7 +135,9 @@ const deadHeader = 16
 //	8   4  Deliveries: how many times the group delivered it
 //	12  2  length of the original topic
 //	14  2  flags: bit 0 set when the original payload was left out
-//	       because the dead letter would not fit a slot
+//	       because the dead letter would not fit a slot; bits 8-15 the
+//	       dead-lettering group's entry in the ring's group table, plus
+//	       one (how a group tells its own dead letters from another's)
 //	16     the original topic, then the original payload
 type DeadLetter struct {
 	// Seq is the original record's sequence number on the ring.
@@ -172,31 +174,103 @@ func ParseDeadLetter(rec Record) (DeadLetter, error) {
 	}, nil
 }
 
-// deadLetter publishes rec to the group's dead-letter topic, with the
-// group lock held, and reports whether the record may be finished: true
-// when published, or when the group has no dead-letter topic; false when
-// the ring has no room (the record stays, to be tried again).
-func (g *Group) deadLetter(rec Record, deliveries uint32) bool {
+// giveResult is what giveUp did with a record at its delivery limit.
+type giveResult int
+
+const (
+	giveDone giveResult = iota // dead-lettered (or dropped): finish it
+	giveWait                   // its dead letter found no room: try again later
+	giveLost                   // overwritten with no dead letter of it found
+)
+
+// giveUp dead-letters record seq, delivered deliv times (the group's
+// limit), with the group lock held; rec and res are what reading seq
+// found.
+//
+// A protected group's unfinished record is overwritten only by a dead
+// letter of it, published over its slot (as sequence seq + slots) by this
+// group or by another that gave up on it too (see Ring.floor). So when the
+// record is found overwritten, the slot is read: this group's own dead
+// letter there (a member killed after publishing it, before finishing the
+// record) is not published again; another group's is copied into this
+// group's dead letter. Anything else (damage) is giveLost.
+func (g *Group) giveUp(seq uint64, deliv uint32, rec Record, res readResult) giveResult {
 	if g.dead == "" {
-		return true
+		return giveDone
 	}
+	var ok bool
+	switch res {
+	case readOK:
+		ok = g.deadLetter(seq, deliv, rec.Topic, rec.Payload, false)
+	case readLapped:
+		dl, ours, found := g.findLetter(seq)
+		switch {
+		case !found:
+			return giveLost
+		case ours:
+			return giveDone
+		}
+		ok = g.deadLetter(seq, deliv, dl.Topic, dl.Payload, dl.Truncated)
+	default:
+		return giveLost
+	}
+	if !ok {
+		return giveWait
+	}
+	return giveDone
+}
+
+// findLetter looks in the slot of record seq, overwritten, for a dead
+// letter of it (sequence seq + slots), and reports whether it is this
+// group's. Read only.
+func (g *Group) findLetter(seq uint64) (dl DeadLetter, ours, found bool) {
+	r := g.r
+	rec, res := r.readInto(seq+r.slots, false, "", "", nil)
+	if res != readOK {
+		return dl, false, false
+	}
+	dl, err := ParseDeadLetter(rec)
+	if err != nil || dl.Seq != seq || binary.LittleEndian.Uint16(rec.Payload[14:])>>8 == 0 {
+		return dl, false, false
+	}
+	ours = rec.Topic == g.dead && int(binary.LittleEndian.Uint16(rec.Payload[14:])>>8) == g.index()+1
+	return dl, ours, true
+}
+
+// index returns the group's entry in the ring's group table.
+func (g *Group) index() int { return (g.goff - g.r.off - rl.OffGroups) / rl.GroupSize }
+
+// floorWithout returns the group's floor were record seq finished (see
+// Ring.floorWithout).
+func (g *Group) floorWithout(seq uint64) uint64 { return g.r.floorWithout(g.goff, g.index(), seq) }
+
+// deadLetter publishes, with the group lock held, the dead letter of
+// record seq (delivered deliveries times; its topic and payload, or what
+// another group's dead letter kept of them) to the group's dead-letter
+// topic, and reports whether it was published. It never waits: on a ring
+// with no room (a protected group has not finished the record it would
+// overwrite) it returns false, and the record stays pending and due.
+func (g *Group) deadLetter(seq uint64, deliveries uint32, topic string, payload []byte, truncated bool) bool {
 	r := g.r
 	room := r.maxBody - len(g.dead) - deadHeader
-	topic, payload, flags := rec.Topic, rec.Payload, uint16(0)
+	flags := uint16(g.index()+1) << 8
+	if truncated {
+		flags |= 1
+	}
 	if len(topic) > room || len(topic) > 0xffff {
 		topic = ""
 	}
 	if len(payload) > room-len(topic) {
-		payload, flags = nil, 1
+		payload, flags = nil, flags|1
 	}
 	p := make([]byte, deadHeader, deadHeader+len(topic)+len(payload))
-	binary.LittleEndian.PutUint64(p, rec.Seq)
+	binary.LittleEndian.PutUint64(p, seq)
 	binary.LittleEndian.PutUint32(p[8:], deliveries)
 	binary.LittleEndian.PutUint16(p[12:], uint16(len(topic)))
 	binary.LittleEndian.PutUint16(p[14:], flags)
 	p = append(append(p, topic...), payload...)
 	q := *r
-	q.quiet, q.exGroup, q.allow = true, g.goff+1, rec.Seq
+	q.quiet, q.exGroup, q.allow, q.exFloor = true, g.goff+1, seq, g.floorWithout(seq)
 	_, err := q.Publish(g.dead, p)
 	return err == nil
 }
