@@ -464,7 +464,11 @@ func (g *Group) checkHole() bool {
 // For an acking group a record is claimable when the pending table has
 // room for it, or when a lease is due for redelivery (ran out, its member
 // died, or it was Nacked and its delay passed); a due lease is noticed
-// within the 100 ms backstop.
+// within the 100 ms backstop. A due lease at its WithMaxDeliveries limit
+// whose dead letter would find no room (a protected group has not
+// finished the record it would overwrite) is not claimable: Wait sleeps
+// until an acking group's floor moves (its Ack wakes it) or the backstop,
+// rather than return at once with nothing for Claim to take.
 //
 // Wait returns an error wrapping ErrNoGroup when the group was dropped
 // (Ring.DropGroup), before or while it waits.

@@ -536,7 +536,9 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 }
 
 // due reports, without the lock, whether some lease in the window is due
-// for redelivery now.
+// for redelivery now, or at its delivery limit and able to be given up
+// (not one whose dead letter would find no room: a Wait for it would
+// return at once, over and over, with nothing to claim).
 func (g *Group) due() bool {
 	b := g.r.b
 	floor, pos, ok := g.window()
@@ -550,7 +552,10 @@ func (g *Group) due() bool {
 			continue
 		}
 		holder := mem.Load64(b, e+rl.PHolder)
-		if int64(mem.Load64(b, e+rl.PDeadline)) <= now || (holder != 0 && !g.holderAlive(holder, now)) {
+		if int64(mem.Load64(b, e+rl.PDeadline)) > now && (holder == 0 || g.holderAlive(holder, now)) {
+			continue
+		}
+		if g.maxDeliv == 0 || uint32(mem.Load64(b, e+rl.PState)) < g.maxDeliv || g.canGiveUp(seq) {
 			return true
 		}
 	}

@@ -244,6 +244,24 @@ func (g *Group) index() int { return (g.goff - g.r.off - rl.OffGroups) / rl.Grou
 // Ring.floorWithout).
 func (g *Group) floorWithout(seq uint64) uint64 { return g.r.floorWithout(g.goff, g.index(), seq) }
 
+// canGiveUp reports, without the locks, whether a Claim could finish
+// record seq, at its delivery limit, now: true unless its dead letter
+// would find no room (Wait must not return for it until it would).
+func (g *Group) canGiveUp(seq uint64) bool {
+	r := g.r
+	b := r.b
+	if g.dead == "" {
+		return true
+	}
+	if mem.Load64(b, r.slotOff(seq)+rl.SBegin) != seq {
+		if _, ours, found := g.findLetter(seq); ours || !found {
+			return true // finished without a publish
+		}
+	}
+	next := mem.Load64(b, r.off+rl.OffNext)
+	return next <= r.slots || next-r.slots < r.floor(mem.Load64(b, r.off+rl.OffProtected), g.goff, seq, g.floorWithout(seq))
+}
+
 // deadLetter publishes, with the group lock held, the dead letter of
 // record seq (delivered deliveries times; its topic and payload, or what
 // another group's dead letter kept of them) to the group's dead-letter

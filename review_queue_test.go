@@ -347,7 +347,6 @@ func TestQueueReviewTwoGroupsDeadLetterSameRecordDeadlock(t *testing.T) {
 // second case the record was already overwritten by another group's dead
 // letter, which this group copies into its own (see Group.giveUp).
 func TestQueueReviewWaitSpinsOnUnclaimableDueLease(t *testing.T) {
-	t.Skip("open bug, issue 14 (found in review; fix and remove this skip): Wait returns at once, over and over, for a due lease whose dead letter finds no room")
 	for _, overwritten := range []bool{false, true} {
 		t.Run(fmt.Sprint("overwritten=", overwritten), func(t *testing.T) {
 			a, _ := openTestArena(t, 1<<20)
