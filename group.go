@@ -93,8 +93,11 @@ type GroupStats struct {
 	// spread.
 	Mine uint64
 	// Lag is how many records the group has not yet looked at: the ring's
-	// head minus Position. A Lag that grows while Pending stays put is a
-	// group nobody reads (see Ring.DropGroup).
+	// head minus Position. It grows while an unprotected group falls
+	// behind; a protected group holds producers back instead, so its Lag
+	// stops at the ring's slots less Position - Floor (at the slots for a
+	// WithBackpressure group) and what grows is RingStats.Full and Waited
+	// (see Ring.DropGroup).
 	Lag uint64
 	// The rest are for acking groups (WithAck) and zero otherwise.
 	//
