@@ -74,7 +74,14 @@ func WithMaxDeliveries(n int) ReaderOption {
 // reached WithMaxDeliveries. The dead letter's payload is a 16-byte header
 // followed by the original topic and payload; ParseDeadLetter reads it. A
 // dead letter is published before the record is finished, so a member
-// killed in between makes the next one publish it again (at least once).
+// killed in between makes the next one publish it again (at least once;
+// not when the dead letter took the record's own slot, where the next
+// member finds it). It is published without waiting: one that finds no
+// room leaves the record pending, tried again by a Claim after room frees
+// (Wait does not wake for it meanwhile). On a full ring it may take the
+// slot of the record it replaces, even where other groups gave up on the
+// same record too: they copy it into their own dead letters, so such
+// groups never wait for one another.
 // It needs WithAck and WithMaxDeliveries; every member must ask for the
 // same topic (ErrShape). A group that takes every topic skips its own
 // dead-letter topic.
@@ -533,55 +540,6 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 		g.advanceFloor()
 	}
 	return out
-}
-
-// due reports, without the lock, whether some lease in the window is due
-// for redelivery now, or at its delivery limit and able to be given up
-// (not one whose dead letter would find no room: a Wait for it would
-// return at once, over and over, with nothing to claim).
-func (g *Group) due() bool {
-	b := g.r.b
-	floor, pos, ok := g.window()
-	if !ok {
-		return false
-	}
-	now := time.Now().UnixNano()
-	for seq := floor; seq < pos; seq++ {
-		e := g.entry(seq)
-		if mem.Load64(b, e+rl.PSeq) != seq || mem.Load64(b, e+rl.PState)>>32 != rl.StPending {
-			continue
-		}
-		holder := mem.Load64(b, e+rl.PHolder)
-		if int64(mem.Load64(b, e+rl.PDeadline)) > now && (holder == 0 || g.holderAlive(holder, now)) {
-			continue
-		}
-		if g.maxDeliv == 0 || uint32(mem.Load64(b, e+rl.PState)) < g.maxDeliv || g.canGiveUp(seq) {
-			return true
-		}
-	}
-	return false
-}
-
-// pending counts the window's pending entries, without the lock, and
-// returns the floor and the age of the oldest first delivery.
-func (g *Group) pending() (n int, floor uint64, oldest time.Duration) {
-	b := g.r.b
-	floor, pos, ok := g.window()
-	if !ok {
-		return 0, floor, 0
-	}
-	now := time.Now().UnixNano()
-	for seq := floor; seq < pos; seq++ {
-		e := g.entry(seq)
-		if mem.Load64(b, e+rl.PSeq) != seq || mem.Load64(b, e+rl.PState)>>32 != rl.StPending {
-			continue
-		}
-		n++
-		if age := time.Duration(now - int64(mem.Load64(b, e+rl.PSince))); age > oldest {
-			oldest = age
-		}
-	}
-	return n, floor, oldest
 }
 
 // validateAck checks a ready group entry's ack settings and, for an

@@ -10,8 +10,8 @@ import (
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
 )
 
-// This file: settling an acking group's leases (Ack, Nack, Extend) and
-// dead letters.
+// This file: settling an acking group's leases (Ack, Nack, Extend),
+// finding due and pending ones, and dead letters.
 
 type settleOp int
 
@@ -172,6 +172,55 @@ func ParseDeadLetter(rec Record) (DeadLetter, error) {
 		Payload:    p[deadHeader+tl:],
 		Truncated:  binary.LittleEndian.Uint16(p[14:])&1 != 0,
 	}, nil
+}
+
+// due reports, without the lock, whether some lease in the window is due
+// for redelivery now, or at its delivery limit and able to be given up
+// (not one whose dead letter would find no room: a Wait for it would
+// return at once, over and over, with nothing to claim).
+func (g *Group) due() bool {
+	b := g.r.b
+	floor, pos, ok := g.window()
+	if !ok {
+		return false
+	}
+	now := time.Now().UnixNano()
+	for seq := floor; seq < pos; seq++ {
+		e := g.entry(seq)
+		if mem.Load64(b, e+rl.PSeq) != seq || mem.Load64(b, e+rl.PState)>>32 != rl.StPending {
+			continue
+		}
+		holder := mem.Load64(b, e+rl.PHolder)
+		if int64(mem.Load64(b, e+rl.PDeadline)) > now && (holder == 0 || g.holderAlive(holder, now)) {
+			continue
+		}
+		if g.maxDeliv == 0 || uint32(mem.Load64(b, e+rl.PState)) < g.maxDeliv || g.canGiveUp(seq) {
+			return true
+		}
+	}
+	return false
+}
+
+// pending counts the window's pending entries, without the lock, and
+// returns the floor and the age of the oldest first delivery.
+func (g *Group) pending() (n int, floor uint64, oldest time.Duration) {
+	b := g.r.b
+	floor, pos, ok := g.window()
+	if !ok {
+		return 0, floor, 0
+	}
+	now := time.Now().UnixNano()
+	for seq := floor; seq < pos; seq++ {
+		e := g.entry(seq)
+		if mem.Load64(b, e+rl.PSeq) != seq || mem.Load64(b, e+rl.PState)>>32 != rl.StPending {
+			continue
+		}
+		n++
+		if age := time.Duration(now - int64(mem.Load64(b, e+rl.PSince))); age > oldest {
+			oldest = age
+		}
+	}
+	return n, floor, oldest
 }
 
 // giveResult is what giveUp did with a record at its delivery limit.
