@@ -242,7 +242,9 @@ const (
 // record is found overwritten, the slot is read: this group's own dead
 // letter there (a member killed after publishing it, before finishing the
 // record) is not published again; another group's is copied into this
-// group's dead letter. Anything else (damage) is giveLost.
+// group's dead letter. Anything else is giveLost: damage, or a dead
+// letter over the slot whose publisher died in the middle (a hole, as any
+// record a producer dies writing).
 func (g *Group) giveUp(seq uint64, deliv uint32, rec Record, res readResult) giveResult {
 	if g.dead == "" {
 		return giveDone
@@ -252,6 +254,9 @@ func (g *Group) giveUp(seq uint64, deliv uint32, rec Record, res readResult) giv
 	case readOK:
 		ok = g.deadLetter(seq, deliv, rec.Topic, rec.Payload, false)
 	case readLapped:
+		if mem.Load64(g.r.b, g.r.off+rl.OffNext) <= seq+g.r.slots {
+			return giveWait // the dead letter over its slot is being published
+		}
 		dl, ours, found := g.findLetter(seq)
 		switch {
 		case !found:

@@ -388,6 +388,53 @@ func TestQueueReviewTwoGroupsDeadLetterSameRecordDeadlock(t *testing.T) {
 	}
 }
 
+// A group that gave up on a record finds it overwritten by another
+// group's dead letter still being written (the publish has begun over the
+// slot and not committed): it must wait for that dead letter and copy it,
+// not count the record lapped and publish nothing.
+func TestDeadLetterOverSlotBeingWritten(t *testing.T) {
+	a, _ := openTestArena(t, 1<<20)
+	r := smallRing(t, a)
+	g1, err := r.Group("g1", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead1"))
+	require.NoError(t, err)
+	g2, err := r.Group("g2", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead2"))
+	require.NoError(t, err)
+	publishN(t, r, "jobs", 8) // full
+	for _, g := range []*Group{g1, g2} {
+		recs := g.Claim(0)
+		require.Len(t, recs, 8)
+		require.NoError(t, g.Nack(recs[0], 0))
+		require.NoError(t, g.Ack(recs[1:]...))
+	}
+	var during GroupStats
+	publishHook = func(seq uint64) {
+		if seq == 9 { // g1's dead letter, mid-copy over record 1's slot
+			require.Empty(t, g2.Claim(0))
+			during = g2.Stats()
+		}
+	}
+	t.Cleanup(func() { publishHook = nil })
+	require.Empty(t, g1.Claim(0))
+	publishHook = nil
+	assert.Zero(t, during.Lapped, "record 1 is not lost: %+v", during)
+	assert.Equal(t, 1, during.Pending, "record 1 waits for the dead letter being written: %+v", during)
+	require.Empty(t, g2.Claim(0))
+	st := g2.Stats()
+	assert.Equal(t, uint64(1), st.DeadLettered, "%+v", st)
+	assert.Zero(t, st.Lapped, "%+v", st)
+	c := r.Cursor(FromStart())
+	letters := map[string]DeadLetter{}
+	for rec, ok := c.Next(); ok; rec, ok = c.Next() {
+		if rec.Topic != "jobs" {
+			dl, err := ParseDeadLetter(rec)
+			require.NoError(t, err)
+			letters[rec.Topic] = dl
+		}
+	}
+	want := DeadLetter{Seq: 1, Deliveries: 1, Topic: "jobs", Payload: []byte("0")}
+	assert.Equal(t, map[string]DeadLetter{"dead1": want, "dead2": want}, letters)
+}
+
 // Group.Wait counts a due lease as claimable even when Claim cannot take
 // it (its dead letter finds no room), so Wait returns at once, Claim
 // returns nothing, and a Records loop spins on the CPU instead of
