@@ -93,8 +93,11 @@ type GroupStats struct {
 	// spread.
 	Mine uint64
 	// Lag is how many records the group has not yet looked at: the ring's
-	// head minus Position. A Lag that grows while Pending stays put is a
-	// group nobody reads (see Ring.DropGroup).
+	// head minus Position. It grows while an unprotected group falls
+	// behind; a protected group holds producers back instead, so its Lag
+	// stops at the ring's slots less Position - Floor (at the slots for a
+	// WithBackpressure group) and what grows is RingStats.Full and Waited
+	// (see Ring.DropGroup).
 	Lag uint64
 	// The rest are for acking groups (WithAck) and zero otherwise.
 	//
@@ -464,7 +467,11 @@ func (g *Group) checkHole() bool {
 // For an acking group a record is claimable when the pending table has
 // room for it, or when a lease is due for redelivery (ran out, its member
 // died, or it was Nacked and its delay passed); a due lease is noticed
-// within the 100 ms backstop.
+// within the 100 ms backstop. A due lease at its WithMaxDeliveries limit
+// whose dead letter would find no room (a protected group has not
+// finished the record it would overwrite) is not claimable: Wait sleeps
+// until an acking group's floor moves (its Ack wakes it) or the backstop,
+// rather than return at once with nothing for Claim to take.
 //
 // Wait returns an error wrapping ErrNoGroup when the group was dropped
 // (Ring.DropGroup), before or while it waits.

@@ -74,7 +74,14 @@ func WithMaxDeliveries(n int) ReaderOption {
 // reached WithMaxDeliveries. The dead letter's payload is a 16-byte header
 // followed by the original topic and payload; ParseDeadLetter reads it. A
 // dead letter is published before the record is finished, so a member
-// killed in between makes the next one publish it again (at least once).
+// killed in between makes the next one publish it again (at least once;
+// not when the dead letter took the record's own slot, where the next
+// member finds it). It is published without waiting: one that finds no
+// room leaves the record pending, tried again by a Claim after room frees
+// (Wait does not wake for it meanwhile). On a full ring it may take the
+// slot of the record it replaces, even where other groups gave up on the
+// same record too: they copy it into their own dead letters, so such
+// groups never wait for one another.
 // It needs WithAck and WithMaxDeliveries; every member must ask for the
 // same topic (ErrShape). A group that takes every topic skips its own
 // dead-letter topic.
@@ -447,7 +454,8 @@ func applyJournal(b []byte, goff int) {
 // reclaim leases again, with the lock held, the records in the window
 // whose lease ran out, whose holder is dead or that were Nacked and are
 // due, oldest first, up to max in out. A record at its delivery limit is
-// dead-lettered instead. An entry that does not describe its sequence
+// dead-lettered instead (see giveUp; one whose dead letter finds no room
+// stays pending and due). An entry that does not describe its sequence
 // (damaged) is made due for redelivery.
 func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Record {
 	r := g.r
@@ -490,6 +498,21 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 		}
 		deliv := uint32(st)
 		rec, res := r.readInto(seq, false, "", "", buf)
+		if g.maxDeliv != 0 && deliv >= g.maxDeliv {
+			switch g.giveUp(seq, deliv, rec, res) {
+			case giveWait:
+				continue
+			case giveDone:
+				crashPoint("dead-lettered")
+				done := pendWord(rl.StDone, deliv)
+				g.journalLease(seq, done, rl.GDeadLettered)
+				mem.Store64(b, e+rl.PState, done)
+				crashPoint("dead-finished")
+				applyLeaseJournal(b, g.goff, g.table, r.inFlight)
+				finished = true
+				continue
+			}
+		}
 		if res != readOK { // overwritten or damaged: cannot be delivered again
 			mem.Store64(b, e+rl.PState, pendWord(rl.StDone, deliv))
 			field := rl.GAbandoned
@@ -498,18 +521,6 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 			}
 			mem.Add64(b, g.goff+field, 1)
 			finished = true
-			continue
-		}
-		if g.maxDeliv != 0 && deliv >= g.maxDeliv {
-			if g.deadLetter(rec, deliv) {
-				crashPoint("dead-lettered")
-				done := pendWord(rl.StDone, deliv)
-				g.journalLease(seq, done, rl.GDeadLettered)
-				mem.Store64(b, e+rl.PState, done)
-				crashPoint("dead-finished")
-				applyLeaseJournal(b, g.goff, g.table, r.inFlight)
-				finished = true
-			}
 			continue
 		}
 		again := pendWord(rl.StPending, deliv+1)
@@ -529,50 +540,6 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 		g.advanceFloor()
 	}
 	return out
-}
-
-// due reports, without the lock, whether some lease in the window is due
-// for redelivery now.
-func (g *Group) due() bool {
-	b := g.r.b
-	floor, pos, ok := g.window()
-	if !ok {
-		return false
-	}
-	now := time.Now().UnixNano()
-	for seq := floor; seq < pos; seq++ {
-		e := g.entry(seq)
-		if mem.Load64(b, e+rl.PSeq) != seq || mem.Load64(b, e+rl.PState)>>32 != rl.StPending {
-			continue
-		}
-		holder := mem.Load64(b, e+rl.PHolder)
-		if int64(mem.Load64(b, e+rl.PDeadline)) <= now || (holder != 0 && !g.holderAlive(holder, now)) {
-			return true
-		}
-	}
-	return false
-}
-
-// pending counts the window's pending entries, without the lock, and
-// returns the floor and the age of the oldest first delivery.
-func (g *Group) pending() (n int, floor uint64, oldest time.Duration) {
-	b := g.r.b
-	floor, pos, ok := g.window()
-	if !ok {
-		return 0, floor, 0
-	}
-	now := time.Now().UnixNano()
-	for seq := floor; seq < pos; seq++ {
-		e := g.entry(seq)
-		if mem.Load64(b, e+rl.PSeq) != seq || mem.Load64(b, e+rl.PState)>>32 != rl.StPending {
-			continue
-		}
-		n++
-		if age := time.Duration(now - int64(mem.Load64(b, e+rl.PSince))); age > oldest {
-			oldest = age
-		}
-	}
-	return n, floor, oldest
 }
 
 // validateAck checks a ready group entry's ack settings and, for an

@@ -19,8 +19,12 @@ import (
 //
 // Use it for a group nobody will read again: a protected group (WithAck,
 // WithBackpressure) whose members are gone holds producers back for good
-// (PublishWait waits, Publish returns ErrRingFull). GroupStats shows such
-// a group: Lag growing, Pending and OldestPending not moving.
+// (PublishWait waits, Publish returns ErrRingFull), so RingStats.Full and
+// Waited grow. GroupStats shows which group it is: Position and Floor not
+// moving, Lag + Position - Floor equal to the ring's slots (Lag itself,
+// for a WithBackpressure group, whose Floor reads 0; Lag cannot grow past
+// them), and, acking, Pending stuck: 0 if nobody claimed, else with
+// OldestPending growing past the lease.
 //
 // Errors: ErrNoGroup when the ring has no group of that name; ErrClosed
 // after Close. Serialised with Group and with the group's own updates by

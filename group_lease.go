@@ -10,8 +10,8 @@ import (
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
 )
 
-// This file: settling an acking group's leases (Ack, Nack, Extend) and
-// dead letters.
+// This file: settling an acking group's leases (Ack, Nack, Extend),
+// finding due and pending ones, and dead letters.
 
 type settleOp int
 
@@ -135,7 +135,9 @@ const deadHeader = 16
 //	8   4  Deliveries: how many times the group delivered it
 //	12  2  length of the original topic
 //	14  2  flags: bit 0 set when the original payload was left out
-//	       because the dead letter would not fit a slot
+//	       because the dead letter would not fit a slot; bits 8-15 the
+//	       dead-lettering group's entry in the ring's group table, plus
+//	       one (how a group tells its own dead letters from another's)
 //	16     the original topic, then the original payload
 type DeadLetter struct {
 	// Seq is the original record's sequence number on the ring.
@@ -172,31 +174,175 @@ func ParseDeadLetter(rec Record) (DeadLetter, error) {
 	}, nil
 }
 
-// deadLetter publishes rec to the group's dead-letter topic, with the
-// group lock held, and reports whether the record may be finished: true
-// when published, or when the group has no dead-letter topic; false when
-// the ring has no room (the record stays, to be tried again).
-func (g *Group) deadLetter(rec Record, deliveries uint32) bool {
+// due reports, without the lock, whether some lease in the window is due
+// for redelivery now, or at its delivery limit and able to be given up
+// (not one whose dead letter would find no room: a Wait for it would
+// return at once, over and over, with nothing to claim).
+func (g *Group) due() bool {
+	b := g.r.b
+	floor, pos, ok := g.window()
+	if !ok {
+		return false
+	}
+	now := time.Now().UnixNano()
+	for seq := floor; seq < pos; seq++ {
+		e := g.entry(seq)
+		if mem.Load64(b, e+rl.PSeq) != seq || mem.Load64(b, e+rl.PState)>>32 != rl.StPending {
+			continue
+		}
+		holder := mem.Load64(b, e+rl.PHolder)
+		if int64(mem.Load64(b, e+rl.PDeadline)) > now && (holder == 0 || g.holderAlive(holder, now)) {
+			continue
+		}
+		if g.maxDeliv == 0 || uint32(mem.Load64(b, e+rl.PState)) < g.maxDeliv || g.canGiveUp(seq) {
+			return true
+		}
+	}
+	return false
+}
+
+// pending counts the window's pending entries, without the lock, and
+// returns the floor and the age of the oldest first delivery.
+func (g *Group) pending() (n int, floor uint64, oldest time.Duration) {
+	b := g.r.b
+	floor, pos, ok := g.window()
+	if !ok {
+		return 0, floor, 0
+	}
+	now := time.Now().UnixNano()
+	for seq := floor; seq < pos; seq++ {
+		e := g.entry(seq)
+		if mem.Load64(b, e+rl.PSeq) != seq || mem.Load64(b, e+rl.PState)>>32 != rl.StPending {
+			continue
+		}
+		n++
+		if age := time.Duration(now - int64(mem.Load64(b, e+rl.PSince))); age > oldest {
+			oldest = age
+		}
+	}
+	return n, floor, oldest
+}
+
+// giveResult is what giveUp did with a record at its delivery limit.
+type giveResult int
+
+const (
+	giveDone giveResult = iota // dead-lettered (or dropped): finish it
+	giveWait                   // its dead letter found no room: try again later
+	giveLost                   // overwritten with no dead letter of it found
+)
+
+// giveUp dead-letters record seq, delivered deliv times (the group's
+// limit), with the group lock held; rec and res are what reading seq
+// found.
+//
+// A protected group's unfinished record is overwritten only by a dead
+// letter of it, published over its slot (as sequence seq + slots) by this
+// group or by another that gave up on it too (see Ring.floor). So when the
+// record is found overwritten, the slot is read: this group's own dead
+// letter there (a member killed after publishing it, before finishing the
+// record) is not published again; another group's is copied into this
+// group's dead letter. Anything else is giveLost: damage, or a dead
+// letter over the slot whose publisher died in the middle (a hole, as any
+// record a producer dies writing).
+func (g *Group) giveUp(seq uint64, deliv uint32, rec Record, res readResult) giveResult {
+	if g.dead == "" {
+		return giveDone
+	}
+	var ok bool
+	switch res {
+	case readOK:
+		ok = g.deadLetter(seq, deliv, rec.Topic, rec.Payload, false)
+	case readLapped:
+		if mem.Load64(g.r.b, g.r.off+rl.OffNext) <= seq+g.r.slots {
+			return giveWait // the dead letter over its slot is being published
+		}
+		dl, ours, found := g.findLetter(seq)
+		switch {
+		case !found:
+			return giveLost
+		case ours:
+			return giveDone
+		}
+		ok = g.deadLetter(seq, deliv, dl.Topic, dl.Payload, dl.Truncated)
+	default:
+		return giveLost
+	}
+	if !ok {
+		return giveWait
+	}
+	return giveDone
+}
+
+// findLetter looks in the slot of record seq, overwritten, for a dead
+// letter of it (sequence seq + slots), and reports whether it is this
+// group's. Read only.
+func (g *Group) findLetter(seq uint64) (dl DeadLetter, ours, found bool) {
+	r := g.r
+	rec, res := r.readInto(seq+r.slots, false, "", "", nil)
+	if res != readOK {
+		return dl, false, false
+	}
+	dl, err := ParseDeadLetter(rec)
+	if err != nil || dl.Seq != seq || binary.LittleEndian.Uint16(rec.Payload[14:])>>8 == 0 {
+		return dl, false, false
+	}
+	ours = rec.Topic == g.dead && int(binary.LittleEndian.Uint16(rec.Payload[14:])>>8) == g.index()+1
+	return dl, ours, true
+}
+
+// index returns the group's entry in the ring's group table.
+func (g *Group) index() int { return (g.goff - g.r.off - rl.OffGroups) / rl.GroupSize }
+
+// floorWithout returns the group's floor were record seq finished (see
+// Ring.floorWithout).
+func (g *Group) floorWithout(seq uint64) uint64 { return g.r.floorWithout(g.goff, g.index(), seq) }
+
+// canGiveUp reports, without the locks, whether a Claim could finish
+// record seq, at its delivery limit, now: true unless its dead letter
+// would find no room (Wait must not return for it until it would).
+func (g *Group) canGiveUp(seq uint64) bool {
+	r := g.r
+	b := r.b
 	if g.dead == "" {
 		return true
 	}
+	if mem.Load64(b, r.slotOff(seq)+rl.SBegin) != seq {
+		if _, ours, found := g.findLetter(seq); ours || !found {
+			return true // finished without a publish
+		}
+	}
+	next := mem.Load64(b, r.off+rl.OffNext)
+	return next <= r.slots || next-r.slots < r.floor(mem.Load64(b, r.off+rl.OffProtected), g.goff, seq, g.floorWithout(seq))
+}
+
+// deadLetter publishes, with the group lock held, the dead letter of
+// record seq (delivered deliveries times; its topic and payload, or what
+// another group's dead letter kept of them) to the group's dead-letter
+// topic, and reports whether it was published. It never waits: on a ring
+// with no room (a protected group has not finished the record it would
+// overwrite) it returns false, and the record stays pending and due.
+func (g *Group) deadLetter(seq uint64, deliveries uint32, topic string, payload []byte, truncated bool) bool {
 	r := g.r
 	room := r.maxBody - len(g.dead) - deadHeader
-	topic, payload, flags := rec.Topic, rec.Payload, uint16(0)
+	flags := uint16(g.index()+1) << 8
+	if truncated {
+		flags |= 1
+	}
 	if len(topic) > room || len(topic) > 0xffff {
 		topic = ""
 	}
 	if len(payload) > room-len(topic) {
-		payload, flags = nil, 1
+		payload, flags = nil, flags|1
 	}
 	p := make([]byte, deadHeader, deadHeader+len(topic)+len(payload))
-	binary.LittleEndian.PutUint64(p, rec.Seq)
+	binary.LittleEndian.PutUint64(p, seq)
 	binary.LittleEndian.PutUint32(p[8:], deliveries)
 	binary.LittleEndian.PutUint16(p[12:], uint16(len(topic)))
 	binary.LittleEndian.PutUint16(p[14:], flags)
 	p = append(append(p, topic...), payload...)
 	q := *r
-	q.quiet, q.exGroup, q.allow = true, g.goff+1, rec.Seq
+	q.quiet, q.exGroup, q.allow, q.exFloor = true, g.goff+1, seq, g.floorWithout(seq)
 	_, err := q.Publish(g.dead, p)
 	return err == nil
 }

@@ -3,6 +3,7 @@ package shmarena
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"testing"
@@ -96,7 +97,6 @@ func TestQueueReviewSmallSlotRingRefusesEveryGroup(t *testing.T) {
 // the dead letter was published (the docs promise exact counts whatever
 // instruction a member is killed at, and a protected group is never lapped).
 func TestQueueReviewDeadLetterCrashOnFullRingCountsLapped(t *testing.T) {
-	t.Skip("open bug, issue 14 (found in review; fix and remove this skip): a kill after publishing a dead letter over its own record counts it Lapped, not DeadLettered")
 	a, path := openTestArena(t, 1<<20)
 	r, g, err := ackCrashRing(a)
 	require.NoError(t, err)
@@ -105,20 +105,34 @@ func TestQueueReviewDeadLetterCrashOnFullRingCountsLapped(t *testing.T) {
 		require.NoError(t, err)
 	}
 	killParked(t, child(t, "ack-crash", "SHMARENA_PATH="+path, "SHMARENA_POINT=dead-lettered"), "dead-lettered")
+	var got []uint64
 	for i := 0; i < 20; i++ {
-		require.NoError(t, g.Ack(g.Claim(0)...))
+		recs := g.Claim(0)
+		got = append(got, seqs(recs)...)
+		require.NoError(t, g.Ack(recs...))
 	}
-	letters := 0
+	want := []uint64{}
+	for s := uint64(2); s <= 16; s++ {
+		want = append(want, s)
+	}
+	assert.Equal(t, want, got, "record 1 is dead-lettered, never delivered again; the rest once each")
+	var letters []DeadLetter
 	c := r.Cursor(FromStart())
 	for rec, ok := c.Next(); ok; rec, ok = c.Next() {
 		if rec.Topic == "dead" {
-			letters++
+			require.Equal(t, uint64(17), rec.Seq, "the dead letter took record 1's slot")
+			dl, err := ParseDeadLetter(rec)
+			require.NoError(t, err)
+			letters = append(letters, dl)
 		}
 	}
-	require.Equal(t, 1, letters, "the dead letter was published")
+	require.Len(t, letters, 1, "the dead letter was published, and not again")
+	assert.Equal(t, DeadLetter{Seq: 1, Deliveries: 3, Topic: "jobs", Payload: []byte{0}}, letters[0])
 	st := g.Stats()
 	assert.Equal(t, uint64(1), st.DeadLettered, "stats %+v", st)
 	assert.Zero(t, st.Lapped, "a protected group is never lapped: %+v", st)
+	assert.Equal(t, uint64(2), st.Redelivered, "deliveries 2 and 3 of record 1: %+v", st)
+	assert.Zero(t, st.Pending, "stats %+v", st)
 }
 
 // A Record carries no trace of the ring or group that leased it: Ack on
@@ -222,27 +236,77 @@ func TestQueueReviewDamagedEntryRedeliveredUnackable(t *testing.T) {
 	assert.NoError(t, g.Ack(again[0]), "the member holding the lease can ack it")
 }
 
-// README "Finding a stuck group", Ring.DropGroup and GroupStats.Lag say a
-// protected group nobody reads shows "Lag growing". It cannot grow: the
+// README "Finding a stuck group", Ring.DropGroup and GroupStats.Lag said
+// a protected group nobody reads shows "Lag growing". It cannot grow: the
 // group holds producers back, so the head stops one lap past its floor
 // and Lag stays at the ring's slots (what grows is RingStats.Full or
-// Waited). README also says OldestPending grows past the lease, while
-// DropGroup's doc says it does not move; with nobody reading it is 0.
+// Waited). README also said OldestPending grows past the lease, while
+// DropGroup's doc said it does not move; with nobody reading it is 0. The
+// docs now say what this checks: for a group nobody ever read, and for
+// one whose members claimed and stopped.
 func TestQueueReviewStuckGroupLagDoesNotGrow(t *testing.T) {
-	t.Skip("open bug, issue 14 (found in review; fix and remove this skip): the docs say a stuck protected group shows Lag growing; Full and Waited grow instead (docs to fix)")
-	a, _ := openTestArena(t, 1<<20)
-	r := smallRing(t, a)
-	g, err := r.Group("w", WithAck(time.Millisecond))
-	require.NoError(t, err)
-	publishN(t, r, "t", 8)
-	before := g.Stats()
-	for i := 0; i < 100; i++ {
-		_, _ = r.Publish("t", nil) // producers keep publishing; nobody reads
-	}
-	time.Sleep(5 * time.Millisecond) // past the lease
-	after := g.Stats()
-	assert.Greater(t, after.Lag, before.Lag, "the documented sign of a stuck group: Lag growing (full %d)", r.Stats().Full)
-	assert.Greater(t, after.OldestPending, time.Millisecond, "README: OldestPending growing past the lease")
+	t.Run("never read", func(t *testing.T) {
+		a, _ := openTestArena(t, 1<<20)
+		r := smallRing(t, a)
+		g, err := r.Group("w", WithAck(time.Millisecond))
+		require.NoError(t, err)
+		other, err := r.Group("other", WithAck(time.Hour)) // keeps up
+		require.NoError(t, err)
+		publishN(t, r, "t", 8)
+		require.NoError(t, other.Ack(other.Claim(0)...))
+		before, rbefore := g.Stats(), r.Stats()
+		for i := 0; i < 100; i++ {
+			_, err := r.Publish("t", nil) // producers keep publishing; nobody reads
+			require.ErrorIs(t, err, ErrRingFull)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond) // past the lease
+		defer cancel()
+		_, err = r.PublishWait(ctx, "t", nil)
+		require.ErrorIs(t, err, ErrRingFull)
+		after, rafter := g.Stats(), r.Stats()
+		assert.Equal(t, rbefore.Full+100, rafter.Full, "what grows: Full")
+		assert.Equal(t, rbefore.Waited+1, rafter.Waited, "what grows: Waited")
+		assert.Equal(t, rbefore.Published, rafter.Published, "Published stops")
+		assert.Equal(t, before.Position, after.Position, "Position does not move")
+		assert.Equal(t, before.Floor, after.Floor, "Floor does not move")
+		assert.Equal(t, uint64(rafter.Slots), after.Lag, "Lag stops at the ring's slots")
+		assert.Equal(t, uint64(rafter.Slots), after.Lag+after.Position-after.Floor, "the sign of the group holding producers back")
+		ost := other.Stats()
+		assert.NotEqual(t, uint64(rafter.Slots), ost.Lag+ost.Position-ost.Floor, "a group that keeps up does not show it: %+v", ost)
+		assert.Zero(t, after.Pending, "nobody claimed")
+		assert.Zero(t, after.OldestPending, "nobody claimed")
+	})
+	t.Run("claimed and stopped", func(t *testing.T) {
+		a, _ := openTestArena(t, 1<<20)
+		r := smallRing(t, a)
+		const lease = time.Millisecond
+		g, err := r.Group("w", WithAck(lease))
+		require.NoError(t, err)
+		publishN(t, r, "t", 8)
+		require.Len(t, g.Claim(3), 3) // a member takes three and is never heard of again
+		before := g.Stats()
+		_, err = r.Publish("t", nil)
+		require.ErrorIs(t, err, ErrRingFull)
+		time.Sleep(3 * lease)
+		mid := g.Stats()
+		time.Sleep(3 * lease)
+		after := g.Stats()
+		assert.Equal(t, 3, after.Pending, "Pending stays put")
+		assert.Equal(t, before.Floor, after.Floor, "Floor does not move")
+		assert.Equal(t, before.Position, after.Position, "Position does not move")
+		assert.Equal(t, uint64(r.Stats().Slots), after.Lag+after.Position-after.Floor, "the sign of the group holding producers back")
+		assert.Greater(t, mid.OldestPending, lease, "OldestPending past the lease")
+		assert.Greater(t, after.OldestPending, mid.OldestPending, "OldestPending grows")
+		assert.Zero(t, after.Redelivered, "nobody took the leases again")
+
+		// A live member takes them again: Redelivered grows, OldestPending
+		// still counts from the first delivery.
+		again := g.Claim(3)
+		require.Equal(t, []uint64{1, 2, 3}, seqs(again))
+		st := g.Stats()
+		assert.Equal(t, uint64(3), st.Redelivered)
+		assert.GreaterOrEqual(t, st.OldestPending, after.OldestPending, "first delivery, not the last")
+	})
 }
 
 // findOrCreateGroup marks a new entry ready before it sets the entry's bit
@@ -270,9 +334,65 @@ func TestQueueReviewKilledCreatorLeavesAckingGroupUnprotected(t *testing.T) {
 // the other group has not finished (its floor is there too, and only the
 // dead-lettering group's own floor is excused). Neither can ever
 // dead-letter it, so neither finishes it, and the ring is full for good:
-// no publish succeeds again until a DropGroup.
+// no publish succeeds again until a DropGroup. The same with three groups,
+// two of them sharing a dead-letter topic (each must publish its own).
 func TestQueueReviewTwoGroupsDeadLetterSameRecordDeadlock(t *testing.T) {
-	t.Skip("open bug, issue 14 (found in review; fix and remove this skip): two groups dead-lettering one record on a full ring block each other for good")
+	for _, deads := range [][]string{{"dead1", "dead2"}, {"dead1", "dead2", "dead1"}} {
+		t.Run(fmt.Sprint(len(deads)), func(t *testing.T) {
+			a, _ := openTestArena(t, 1<<20)
+			r := smallRing(t, a)
+			var gs []*Group
+			for i, dead := range deads {
+				g, err := r.Group(fmt.Sprint("g", i+1), WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter(dead))
+				require.NoError(t, err)
+				gs = append(gs, g)
+			}
+			publishN(t, r, "jobs", 8) // full
+			for _, g := range gs {
+				recs := g.Claim(0)
+				require.Len(t, recs, 8)
+				require.NoError(t, g.Nack(recs[0], 0)) // record 1 is poison for all
+				require.NoError(t, g.Ack(recs[1:]...))
+			}
+			for i := 0; i < 10; i++ {
+				for _, g := range gs {
+					require.Empty(t, g.Claim(0), "record 1 is never delivered again")
+				}
+			}
+			for _, g := range gs {
+				st := g.Stats()
+				assert.Equal(t, uint64(1), st.DeadLettered, "%s gave up on record 1: %+v", st.Name, st)
+				assert.Zero(t, st.Lapped, "%+v", st)
+				assert.Zero(t, st.Pending, "%+v", st)
+			}
+			letters := map[string]int{}
+			c := r.Cursor(FromStart())
+			for rec, ok := c.Next(); ok; rec, ok = c.Next() {
+				if rec.Topic == "jobs" {
+					continue
+				}
+				dl, err := ParseDeadLetter(rec)
+				require.NoError(t, err)
+				// The first letter copied record 1; the others copied it from there.
+				assert.Equal(t, DeadLetter{Seq: 1, Deliveries: 1, Topic: "jobs", Payload: []byte("0")}, dl, "dead letter %d on %s", rec.Seq, rec.Topic)
+				letters[rec.Topic]++
+			}
+			want := map[string]int{}
+			for _, dead := range deads {
+				want[dead]++
+			}
+			assert.Equal(t, want, letters, "one dead letter per group")
+			_, err := r.Publish("jobs", []byte("next"))
+			assert.NoError(t, err, "every group is done with every record")
+		})
+	}
+}
+
+// A group that gave up on a record finds it overwritten by another
+// group's dead letter still being written (the publish has begun over the
+// slot and not committed): it must wait for that dead letter and copy it,
+// not count the record lapped and publish nothing.
+func TestDeadLetterOverSlotBeingWritten(t *testing.T) {
 	a, _ := openTestArena(t, 1<<20)
 	r := smallRing(t, a)
 	g1, err := r.Group("g1", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead1"))
@@ -283,45 +403,117 @@ func TestQueueReviewTwoGroupsDeadLetterSameRecordDeadlock(t *testing.T) {
 	for _, g := range []*Group{g1, g2} {
 		recs := g.Claim(0)
 		require.Len(t, recs, 8)
-		require.NoError(t, g.Nack(recs[0], 0)) // record 1 is poison for both
+		require.NoError(t, g.Nack(recs[0], 0))
 		require.NoError(t, g.Ack(recs[1:]...))
 	}
-	for i := 0; i < 10; i++ {
-		g1.Claim(0)
-		g2.Claim(0)
+	var during GroupStats
+	publishHook = func(seq uint64) {
+		if seq == 9 { // g1's dead letter, mid-copy over record 1's slot
+			require.Empty(t, g2.Claim(0))
+			during = g2.Stats()
+		}
 	}
-	assert.Equal(t, uint64(1), g1.Stats().DeadLettered, "g1 gave up on record 1: %+v", g1.Stats())
-	assert.Equal(t, uint64(1), g2.Stats().DeadLettered, "g2 gave up on record 1: %+v", g2.Stats())
-	_, err = r.Publish("jobs", []byte("next"))
-	assert.NoError(t, err, "every group is done with every record but the poison one")
+	t.Cleanup(func() { publishHook = nil })
+	require.Empty(t, g1.Claim(0))
+	publishHook = nil
+	assert.Zero(t, during.Lapped, "record 1 is not lost: %+v", during)
+	assert.Equal(t, 1, during.Pending, "record 1 waits for the dead letter being written: %+v", during)
+	require.Empty(t, g2.Claim(0))
+	st := g2.Stats()
+	assert.Equal(t, uint64(1), st.DeadLettered, "%+v", st)
+	assert.Zero(t, st.Lapped, "%+v", st)
+	c := r.Cursor(FromStart())
+	letters := map[string]DeadLetter{}
+	for rec, ok := c.Next(); ok; rec, ok = c.Next() {
+		if rec.Topic != "jobs" {
+			dl, err := ParseDeadLetter(rec)
+			require.NoError(t, err)
+			letters[rec.Topic] = dl
+		}
+	}
+	want := DeadLetter{Seq: 1, Deliveries: 1, Topic: "jobs", Payload: []byte("0")}
+	assert.Equal(t, map[string]DeadLetter{"dead1": want, "dead2": want}, letters)
 }
 
 // Group.Wait counts a due lease as claimable even when Claim cannot take
 // it (its dead letter finds no room), so Wait returns at once, Claim
 // returns nothing, and a Records loop spins on the CPU instead of
 // sleeping. Here a group waits 50 ms while its only due lease cannot be
-// dead-lettered because another group holds the ring full.
+// dead-lettered because another group holds the ring full; then that
+// group acks, and the waiter must wake and dead-letter the record. In the
+// second case the record was already overwritten by another group's dead
+// letter, which this group copies into its own (see Group.giveUp).
 func TestQueueReviewWaitSpinsOnUnclaimableDueLease(t *testing.T) {
-	t.Skip("open bug, issue 14 (found in review; fix and remove this skip): Wait returns at once, over and over, for a due lease whose dead letter finds no room")
-	a, _ := openTestArena(t, 1<<20)
-	r := smallRing(t, a)
-	g1, err := r.Group("g1", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead1"))
-	require.NoError(t, err)
-	_, err = r.Group("slow", WithTopic("jobs"), WithAck(time.Hour)) // never claims yet
-	require.NoError(t, err)
-	publishN(t, r, "jobs", 8)
-	recs := g1.Claim(0)
-	require.Len(t, recs, 8)
-	require.NoError(t, g1.Nack(recs[0], 0))
-	require.NoError(t, g1.Ack(recs[1:]...))
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	wakes := 0
-	for ctx.Err() == nil && wakes < 1000 && g1.Wait(ctx) == nil {
-		require.Empty(t, g1.Claim(0), "nothing is claimable")
-		wakes++
+	for _, overwritten := range []bool{false, true} {
+		t.Run(fmt.Sprint("overwritten=", overwritten), func(t *testing.T) {
+			a, _ := openTestArena(t, 1<<20)
+			r := smallRing(t, a)
+			g1, err := r.Group("g1", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead1"))
+			require.NoError(t, err)
+			slow, err := r.Group("slow", WithTopic("jobs"), WithAck(time.Hour))
+			require.NoError(t, err)
+			publishN(t, r, "jobs", 8)
+			recs := g1.Claim(0)
+			require.Len(t, recs, 8)
+			require.NoError(t, g1.Nack(recs[0], 0))
+			require.NoError(t, g1.Ack(recs[1:]...))
+			var held []Record // slow's leases that keep the ring full
+			if overwritten {
+				// slow finishes record 1 only, and g0 dead-letters it over its
+				// slot: g1's own dead letter then needs record 2's slot.
+				held = slow.Claim(0)
+				require.Len(t, held, 8)
+				require.NoError(t, slow.Ack(held[0]))
+				held = held[1:]
+				g0, err := r.Group("g0", WithTopic("jobs"), WithAck(time.Hour), WithMaxDeliveries(1), WithDeadLetter("dead0"), FromStart())
+				require.NoError(t, err)
+				recs := g0.Claim(0)
+				require.Len(t, recs, 8)
+				require.NoError(t, g0.Nack(recs[0], 0))
+				require.NoError(t, g0.Ack(recs[1:]...))
+				require.Empty(t, g0.Claim(0))
+				require.Equal(t, uint64(1), g0.Stats().DeadLettered, "record 1 overwritten by g0's dead letter")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			wakes := 0
+			for ctx.Err() == nil && wakes < 1000 && g1.Wait(ctx) == nil {
+				require.Empty(t, g1.Claim(0), "nothing is claimable")
+				wakes++
+			}
+			assert.Less(t, wakes, 10, "Wait returned %d times (stopped at 1000) with nothing to claim, never sleeping", wakes)
+			require.Zero(t, g1.Stats().DeadLettered)
+
+			// slow catches up: room for the dead letter, and the waiter wakes.
+			woke := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				woke <- g1.Wait(ctx)
+			}()
+			if !overwritten {
+				held = slow.Claim(0)
+				require.Len(t, held, 8)
+			}
+			require.NoError(t, slow.Ack(held...))
+			require.NoError(t, <-woke, "Wait returns once the dead letter finds room")
+			require.Empty(t, g1.Claim(0), "record 1 is dead-lettered, not delivered")
+			st := g1.Stats()
+			assert.Equal(t, uint64(1), st.DeadLettered, "%+v", st)
+			assert.Zero(t, st.Pending, "%+v", st)
+			assert.Zero(t, st.Lapped, "%+v", st)
+			var letters []DeadLetter
+			c := r.Cursor(FromStart())
+			for rec, ok := c.Next(); ok; rec, ok = c.Next() {
+				if rec.Topic == "dead1" {
+					dl, err := ParseDeadLetter(rec)
+					require.NoError(t, err)
+					letters = append(letters, dl)
+				}
+			}
+			assert.Equal(t, []DeadLetter{{Seq: 1, Deliveries: 1, Topic: "jobs", Payload: []byte("0")}}, letters, "g1's dead letter, once")
+		})
 	}
-	assert.Less(t, wakes, 10, "Wait returned %d times (stopped at 1000) with nothing to claim, never sleeping", wakes)
 }
 
 // Mine is kept per arena handle and group entry, not per group: a group

@@ -38,8 +38,8 @@ func (r *Ring) errFull() error {
 
 // room reports whether sequence s may be published, with the publish lock
 // held (so s is the next sequence). r.exGroup > 0 is the offset + 1 of a
-// group entry dead-lettering record r.allow: that group's floor, if it is
-// r.allow, does not protect it (the record was copied).
+// group entry dead-lettering record r.allow, and r.exFloor that group's
+// floor were r.allow finished (it copied the record): see floor.
 //
 // The cache is read before the mask and replaced by compare-and-swap from
 // the value read, and a group's creation sets its mask bit before it
@@ -56,7 +56,7 @@ func (r *Ring) room(s uint64) bool {
 	if victim < cache {
 		return true
 	}
-	f := r.floor(mem.Load64(b, r.off+rl.OffProtected), ex, allow)
+	f := r.floor(mem.Load64(b, r.off+rl.OffProtected), ex, allow, r.exFloor)
 	// The cache never passes the head (validateRing checks it): a group
 	// made later starts at the head or, FromStart, lowers it.
 	if c := min(f, s); ex < 0 && c != cache {
@@ -76,11 +76,21 @@ func (r *Ring) lowerFloor(f uint64) {
 // floor returns the lowest floor of the protected groups in mask
 // (math.MaxUint64 when none is ready). An acking group's floor is its
 // floor word, a back-pressured one's its position.
-func (r *Ring) floor(mask uint64, ex int, allow uint64) uint64 {
+//
+// For a dead letter of record allow published by the group entry at ex
+// (>= 0; -1 for any other publish), that group's floor is exFloor, its
+// floor were allow finished (it copied the record); and another acking
+// group whose floor is allow and that has given up on it too (gaveUp)
+// counts it finished the same way: it will never deliver allow again, and
+// builds its own dead letter from this one (Group.giveUp). Without this,
+// groups giving up on the oldest record of a full ring would each wait
+// for another to finish it, for good.
+func (r *Ring) floor(mask uint64, ex int, allow, exFloor uint64) uint64 {
 	b := r.b
 	f := uint64(math.MaxUint64)
 	for m := mask; m != 0; m &= m - 1 {
-		g := r.off + rl.GroupOff(bits.TrailingZeros64(m))
+		i := bits.TrailingZeros64(m)
+		g := r.off + rl.GroupOff(i)
 		flags := mem.Load64(b, g+rl.GFlags)
 		if mem.Load64(b, g+rl.GState) != rl.GroupReady || flags&rl.FlagProtected == 0 {
 			continue // a bit left by a dropper killed before clearing it
@@ -89,12 +99,60 @@ func (r *Ring) floor(mask uint64, ex int, allow uint64) uint64 {
 		if flags&rl.FlagAck != 0 {
 			gf = min(gf, mem.Load64(b, g+rl.GFloor))
 		}
-		if g == ex && gf == allow {
-			gf = allow + 1
+		switch {
+		case g == ex:
+			gf = exFloor
+		case ex >= 0 && gf == allow && flags&rl.FlagAck != 0 && r.gaveUp(g, i, allow):
+			gf = r.floorWithout(g, i, allow)
 		}
 		f = min(f, gf)
 	}
 	return f
+}
+
+// floorWithout returns the floor of the acking group entry at g (index i)
+// were record seq finished: the first record of its window other than
+// seq not finished, else its position. Exact with the group's lock held;
+// without it, it never passes a record the group has not finished (a
+// finished entry stays so until the floor passes it; an entry being
+// reused for a later record reads as unfinished, or as that record's
+// state once the floor is past it).
+func (r *Ring) floorWithout(g, i int, seq uint64) uint64 {
+	b := r.b
+	floor, pos := mem.Load64(b, g+rl.GFloor), mem.Load64(b, g+rl.GPosition)
+	if floor > pos || pos-floor > r.inFlight || pos >= rl.MaxSeq {
+		return min(floor, pos) // damaged, or moved between the two loads
+	}
+	table := r.tables + i*int(r.inFlight)*rl.PendSize
+	for s := floor; s < pos; s++ {
+		e := table + int(s%r.inFlight)*rl.PendSize
+		if s != seq && (mem.Load64(b, e+rl.PSeq) != s || mem.Load64(b, e+rl.PState)>>32 != rl.StDone) {
+			return s
+		}
+	}
+	return pos
+}
+
+// gaveUp reports whether the acking group entry at g (index i) has
+// delivered record seq as many times as it ever will (WithMaxDeliveries)
+// and not finished it: it will not deliver it again, only take the Ack of
+// the member holding it or dead-letter it. Read without the group's lock:
+// the entry's sequence word is read before and after its state (a claim
+// stores the sequence last), and an entry at its limit stays so until the
+// record is finished. A state read from the entry's next record can only
+// be seen once seq is finished, when excusing the group changes nothing.
+func (r *Ring) gaveUp(g, i int, seq uint64) bool {
+	b := r.b
+	md := uint64(mem.Load32(b, g+rl.GMaxDeliv))
+	if md == 0 || r.inFlight == 0 {
+		return false
+	}
+	e := r.tables + (i*int(r.inFlight)+int(seq%r.inFlight))*rl.PendSize
+	if mem.Load64(b, e+rl.PSeq) != seq {
+		return false
+	}
+	st := mem.Load64(b, e+rl.PState)
+	return st>>32 == rl.StPending && uint64(uint32(st)) >= md && mem.Load64(b, e+rl.PSeq) == seq
 }
 
 // hasRoom reports, without the publish lock, whether the next publish
@@ -102,7 +160,7 @@ func (r *Ring) floor(mask uint64, ex int, allow uint64) uint64 {
 func (r *Ring) hasRoom() bool {
 	next := mem.Load64(r.b, r.off+rl.OffNext)
 	mask := mem.Load64(r.b, r.off+rl.OffProtected)
-	return mask == 0 || next <= r.slots || next-r.slots < r.floor(mask, -1, 0)
+	return mask == 0 || next <= r.slots || next-r.slots < r.floor(mask, -1, 0, 0)
 }
 
 // roomFreed wakes producers waiting for room, if any announced themselves;
