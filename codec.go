@@ -148,6 +148,9 @@ func (t *TypedMap[V]) LoadOrStore(key string, value V, opts ...WriteOption) (act
 // It does not decode the value. False after Close.
 func (t *TypedMap[V]) Delete(key string) bool { return t.m.Delete(key) }
 
+// Clear removes every entry, as Map.Clear does.
+func (t *TypedMap[V]) Clear() { t.m.Clear() }
+
 // CompareAndSwap stores new for key if the current value's encoding equals
 // old's, byte for byte, keeping the entry's deadline, and reports whether
 // it swapped; an absent or lapsed key never matches. It compares

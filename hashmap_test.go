@@ -979,3 +979,23 @@ func TestMapExpireLapsingEntryStaysDead(t *testing.T) {
 		})
 	}
 }
+
+// WithEviction is a map option: an evicting typed map evicts; a ring
+// refuses the option.
+func TestEvictionOptionScope(t *testing.T) {
+	a, _ := tempArena(t, 8<<20)
+	tm, err := OpenTypedMap[int](a, "typed", WithSlots(16), WithSlotSize(64), WithEviction())
+	require.NoError(t, err)
+	for i := range 100 {
+		require.NoError(t, tm.Store("k"+strconv.Itoa(i), i))
+	}
+	got, ok, err := tm.Load("k99")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 99, got)
+	require.Equal(t, 14, tm.Len(), "16 slots hold 7/8")
+	require.Equal(t, uint64(86), tm.Bytes().Stats().Evicted)
+	_, err = a.Ring("r", WithEviction())
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "eviction")
+}

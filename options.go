@@ -77,8 +77,8 @@ func WithStripes(n int) RegionOption { return func(c *regionConfig) { c.stripes 
 // WithEviction makes a map a cache: when a new key needs room, the map
 // evicts another entry instead of refusing with ErrFull. It is part of the
 // map's shape: a process asking for the map without it (or with it, for a
-// map made without) gets ErrShape naming the field. A map refuses it with
-// no effect only for rings (ErrInvalid).
+// map made without) gets ErrShape naming the field. It works for
+// OpenTypedMap too; Ring refuses it with ErrInvalid.
 //
 // Eviction follows S3-FIFO (Yang et al., SOSP 2023) per segment: a new key
 // enters a small FIFO queue of about a tenth of the segment; at its head a

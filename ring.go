@@ -165,8 +165,8 @@ func ringShape(opts []RegionOption) (regionConfig, int64, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.stripes != 0 || cfg.encoded {
-		return cfg, 0, fmt.Errorf("%w: stripes and encoding are map options", ErrInvalid)
+	if cfg.stripes != 0 || cfg.encoded || cfg.evict {
+		return cfg, 0, fmt.Errorf("%w: stripes, encoding and eviction are map options", ErrInvalid)
 	}
 	if cfg.slotSize > 0 {
 		cfg.slotSize = (cfg.slotSize + 7) &^ 7
