@@ -17,13 +17,14 @@ import (
 //	32   deadlines (nonzero once any entry had one)  40 busy    48 full
 //	56   expired        64 recoveries   72 longest probe distance of any insert
 //	80   evicted        88 inserts that met the probe bound   96 entries moved
-//	128  stripes x 128 bytes, one per segment: lock word; the slot index+1
+//	128  stripes x 192 bytes, one per segment: lock word; the slot index+1
 //	     being written (0 = none), so a recoverer knows which slot a dead
 //	     writer held; the segment's used and tombstone counts; at 32 the
-//	     lock's futex word for parked waiters (see internal/rlock); at 40
-//	     the move version, odd while entries move (see confirmMiss); at 48
+//	     lock's futex word for parked waiters (see internal/rlock); at 48
 //	     the slot index+1 an entry is moving from. At 64 the eviction
 //	     queues' heads and tails (small, then main), counted up forever.
+//	     At 128, alone in its cache line because every read loads it, the
+//	     move version, odd while entries move (see readKey).
 //	...  one tag byte per slot, 64-aligned (see tagOf)
 //	...  evicting maps: one read-count byte per slot, 64-aligned, then per
 //	     segment a small and a main queue of 8-byte hashes (see evict.go)
@@ -43,7 +44,7 @@ import (
 // addInPlace).
 const (
 	mapHeader    = 128
-	stripeStride = 128
+	stripeStride = 192
 
 	mhSlots        = 0
 	mhSlotSize     = 8
@@ -377,7 +378,7 @@ const (
 	stIntent   = 8
 	stUsed     = 16
 	stTomb     = 24
-	stMoveVer  = 40
+	stMoveVer  = 128
 	stMoveFrom = 48
 )
 

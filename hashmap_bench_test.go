@@ -25,6 +25,10 @@ import (
 
 var mapSlots = flag.Int("mapslots", 1<<16, "slots in the map benchmarks' tables (filled to 75%)")
 
+// mapEvict makes the map benchmarks' tables evicting (WithEviction): a hit
+// then counts its use too.
+var mapEvict = flag.Bool("mapevict", false, "make the map benchmarks' tables evicting")
+
 var (
 	mapBenchOnce sync.Once
 	benchSlots   int
@@ -99,10 +103,14 @@ func (r *rwMap) add(k string, d int64) int64 {
 func benchMap(b *testing.B) (*Map, []string) {
 	setBenchShape()
 	path := filepath.Join(b.TempDir(), "bench")
-	a, err := Open(path, WithSize(mapLength(int64(benchSlots), 128, 64, false)+MinSize+4096))
+	a, err := Open(path, WithSize(mapLength(int64(benchSlots), 128, 64, true)+MinSize+4096))
 	require.NoError(b, err)
 	b.Cleanup(func() { a.Close() })
-	m, err := a.Map("bench", WithSlots(benchSlots), WithSlotSize(128))
+	opts := []RegionOption{WithSlots(benchSlots), WithSlotSize(128)}
+	if *mapEvict {
+		opts = append(opts, WithEviction())
+	}
+	m, err := a.Map("bench", opts...)
 	require.NoError(b, err)
 	keys := make([]string, benchSlots)
 	val := make([]byte, 64)
@@ -312,55 +320,3 @@ func BenchmarkMapVsRWMutex(b *testing.B) {
 		func(i int) { r.add(counterKeys[i%16], 1) })
 }
 
-// BenchmarkMapTurnover measures what tombstones cost: misses and an insert
-// plus a delete in a fresh map, and again after inserting and deleting ten
-// times the capacity, which leaves no empty slot (-mapslots sets the size).
-func BenchmarkMapTurnover(b *testing.B) {
-	setBenchShape()
-	for _, pct := range []int{50, 75} {
-		a, err := Open(filepath.Join(b.TempDir(), "turnover"), WithSize(mapLength(int64(benchSlots), 128, 64, false)+MinSize+4096))
-		require.NoError(b, err)
-		m, err := a.Map("turnover", WithSlots(benchSlots), WithSlotSize(128))
-		require.NoError(b, err)
-		live := benchSlots * pct / 100
-		val := make([]byte, 64)
-		keys := make([]string, benchSlots) // more than live: keys come back once deleted
-		for i := range keys {
-			keys[i] = benchKey(i)
-		}
-		next := 0
-		turn := func() { // insert one key, delete the oldest
-			require.NoError(b, m.Store(keys[next%len(keys)], val))
-			if next >= live {
-				m.Delete(keys[(next-live)%len(keys)])
-			}
-			next++
-		}
-		for next < live {
-			turn()
-		}
-		run := func(state string) {
-			absent := make([]string, 4096)
-			for i := range absent {
-				absent[i] = benchKey(1<<30 + i)
-			}
-			b.Run(fmt.Sprintf("%d%%live/%s/Miss", pct, state), func(b *testing.B) {
-				buf := make([]byte, 0, 128)
-				for i := 0; b.Loop(); i++ {
-					buf, _ = m.AppendLoad(buf[:0], absent[i%len(absent)])
-				}
-			})
-			b.Run(fmt.Sprintf("%d%%live/%s/InsertAndDelete", pct, state), func(b *testing.B) {
-				for b.Loop() {
-					turn()
-				}
-			})
-		}
-		run("fresh")
-		for end := next + 10*benchSlots; next < end; {
-			turn()
-		}
-		run("turnedOver")
-		a.Close()
-	}
-}

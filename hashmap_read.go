@@ -24,7 +24,15 @@ type view struct {
 // readKey finds key and, when dst is not nil, appends its value. It takes
 // no lock. found is false for an absent or lapsed key, and also for a busy
 // one (counted in Busy) or a slot whose writer died (repair is started).
+//
+// A miss is believed only if no entry of the key's segment moved while
+// the probe ran (a delete moves entries back, and a reader may pass the
+// slot a key moves to before it arrives, then find its old slot cleared):
+// the segment's move version, loaded before the probe, must be even and
+// unchanged after it; else confirmMiss probes again.
 func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+	mvOff := m.lockOff(m.stripeOf(h)) + stMoveVer
+	mv := mem.Load64(m.mem, mvOff)
 	switch v, out, r := m.readNear(key, h, dst, want); r {
 	case nearHit:
 		return v, out, true
@@ -35,6 +43,9 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 		case nearGaveUp:
 			return v, dst, false
 		}
+	}
+	if mv&1 == 0 && mem.Load64(m.mem, mvOff) == mv {
+		return v, dst, false
 	}
 	return m.confirmMiss(key, h, dst, want)
 }
