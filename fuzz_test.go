@@ -3,6 +3,7 @@ package shmarena
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/shmarena/shmarena/internal/layout"
@@ -112,5 +113,52 @@ func FuzzLiveCorruption(f *testing.F) {
 			region[o] = c
 		}
 		exercise(m)
+	})
+}
+
+// FuzzLiveCorruptionEvicting is FuzzLiveCorruption for an evicting map,
+// whose region also holds read counts, queues of hashes and a ghost: any
+// bytes there (heads past tails, hashes of other segments, counts out of
+// range) cost at worst a queue rebuild, never a panic, a hang or ErrFull.
+func FuzzLiveCorruptionEvicting(f *testing.F) {
+	fixedSeed(f)
+	f.Add(0, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Add(mapHeader+64, []byte{9, 0, 0, 0, 0, 0, 0, 0, 1})       // small head past its tail
+	f.Add(mapHeader+stMoveVer, []byte{1})                        // a move left open
+	f.Add(700, []byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5, 6}) // queue or ghost entries
+	f.Fuzz(func(t *testing.T, at int, patch []byte) {
+		opts := []RegionOption{WithSlots(16), WithSlotSize(64), WithEviction()}
+		a, path := tempArena(t, layout.HeaderSize+16384)
+		m, err := a.Map("m", opts...)
+		require.NoError(t, err)
+		for i := range 14 {
+			require.NoError(t, m.Store("k"+strconv.Itoa(i), []byte("value")))
+		}
+		b, err := Open(path)
+		require.NoError(t, err)
+		defer b.Close()
+		mb, err := b.Map("m", opts...)
+		require.NoError(t, err)
+		region := b.mem[mb.base : mb.base+int(mapLength(16, 64, int64(mb.stripes), true))]
+		if at < 0 || at >= len(region) {
+			return
+		}
+		for i, c := range patch {
+			o := at + i
+			if o >= len(region) {
+				break
+			}
+			if o >= mapHeader && o < mapHeader+int(mb.stripes)*stripeStride && (o-mapHeader)%stripeStride < 8 {
+				continue // a lock held by a live process is waited for, by design
+			}
+			region[o] = c
+		}
+		exercise(m)
+		for i := range 40 {
+			k := "new" + strconv.Itoa(i)
+			if err := m.Store(k, []byte("v")); err != nil {
+				require.NotErrorIs(t, err, ErrFull, "an evicting map refused %s", k)
+			}
+		}
 	})
 }

@@ -65,6 +65,11 @@ func (m *Map) repairDead(s uint64) {
 			m.afterTakeover(s)
 			return
 		}
+		if mem.Load64(m.mem, m.lockOff(s)+stMoveVer)&1 != 0 {
+			// Moves open with nobody holding the segment: damage, not a
+			// writer at work (a dead one's are repaired on takeover).
+			m.repairSegment(s)
+		}
 		m.release(s)
 	}
 }
