@@ -328,7 +328,7 @@ func TestMemfdSharedWithChildren(t *testing.T) {
 // clears its locks and half-done writes.
 func TestRebootClearsLocks(t *testing.T) {
 	a, path := tempArena(t, 4<<20)
-	m, err := a.Map("m", WithSlots(4096), WithStripes(4))
+	m, err := a.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 	require.NoError(t, err)
 	require.NoError(t, m.Store("k", []byte("v")))
 	require.NoError(t, m.Store("x", []byte("w")))
@@ -352,7 +352,7 @@ func TestRebootClearsLocks(t *testing.T) {
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
-	mb, err := b.Map("m", WithSlots(4096), WithStripes(4))
+	mb, err := b.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 	require.NoError(t, err)
 	require.NoError(t, mb.Store("k2", []byte("v2")), "stripes are free again")
 	got, ok := mb.Load("k")
@@ -369,7 +369,7 @@ func TestRebootClearsLocks(t *testing.T) {
 // holder alive, and its lock stays its own.
 func TestBootIDChangeKeepsLiveLocks(t *testing.T) {
 	a, path := tempArena(t, 4<<20)
-	m, err := a.Map("m", WithSlots(4096), WithStripes(4))
+	m, err := a.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 	require.NoError(t, err)
 	require.True(t, m.lock(1))
 	defer m.unlock(1)
@@ -382,7 +382,7 @@ func TestBootIDChangeKeepsLiveLocks(t *testing.T) {
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
-	mb, err := b.Map("m", WithSlots(4096), WithStripes(4))
+	mb, err := b.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 	require.NoError(t, err)
 	require.Equal(t, a.self, rlock.Owner(mb.mem, mb.lockOff(1)), "the live handle still holds its stripe")
 	ok, _ = rlock.TryAcquire(mb.mem, mb.lockOff(1), b.own)
@@ -525,12 +525,12 @@ func TestRegionBytesSizeAnArena(t *testing.T) {
 // write reported done is in the file.
 func TestCloseUnderContendedSlowWrites(t *testing.T) {
 	a, path := tempArena(t, 4<<20)
-	m, err := a.Map("m", WithStripes(2), WithSlots(2048))
+	m, err := a.Map("m", WithStripes(2), WithSlots(8192), WithSlotSize(64))
 	require.NoError(t, err)
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
-	mb, err := b.Map("m", WithStripes(2), WithSlots(2048))
+	mb, err := b.Map("m", WithStripes(2), WithSlots(8192), WithSlotSize(64))
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	done := make(chan string, 64)

@@ -30,7 +30,7 @@ import (
 
 // The crash map's shape. Few stripes, so neighbours share the victim's.
 const (
-	crashSlots    = 4096
+	crashSlots    = 16384
 	crashSlotSize = 96
 	crashStripes  = 4
 	crashBound    = time.Second * raceSlowdown
@@ -690,7 +690,7 @@ func TestCrashKillAddersAtRandom(t *testing.T) {
 	const procs, kills = 16, 8
 	lockedAddsForTest = true
 	t.Cleanup(func() { lockedAddsForTest = false })
-	a, path := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
 	m, err := crashMap(a)
 	require.NoError(t, err)
 	_, err = m.Add("total", 0)
@@ -792,7 +792,7 @@ func TestCrashKillAddersAtRandom(t *testing.T) {
 // leaves writers undisturbed (nothing to take over, no write slowed to a
 // takeover, every value whole).
 func TestCrashKillReaders(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
 	m, err := crashMap(a)
 	require.NoError(t, err)
 	vals := [2][]byte{[]byte(strings.Repeat("a", 40)), []byte(strings.Repeat("b", 40))}

@@ -21,7 +21,7 @@ import (
 // which only a reader that gave up (Busy) may report.
 
 const (
-	churnSlots = 2048
+	churnSlots = 8192 // two segments
 	churnHot   = 64
 )
 

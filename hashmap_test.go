@@ -272,13 +272,13 @@ func TestMapShapeOptions(t *testing.T) {
 	_, err = a.Map("m", WithSlots(8), WithSlotSize(104), WithEviction())
 	require.ErrorIs(t, err, ErrShape)
 	require.ErrorContains(t, err, "eviction")
-	_, err = a.Map("big", WithSlots(4096), WithSlotSize(48))
+	_, err = a.Map("big", WithSlots(16384), WithSlotSize(48))
 	require.NoError(t, err)
-	_, err = a.Map("big", WithSlots(4096), WithSlotSize(48), WithStripes(2))
+	_, err = a.Map("big", WithSlots(16384), WithSlotSize(48), WithStripes(2))
 	require.ErrorIs(t, err, ErrShape)
 	require.ErrorContains(t, err, "stripes")
-	_, err = a.Map("big", WithSlots(4096), WithSlotSize(48), WithStripes(4))
-	require.NoError(t, err, "4096 slots make 4 segments of 1024")
+	_, err = a.Map("big", WithSlots(16384), WithSlotSize(48), WithStripes(4))
+	require.NoError(t, err, "16,384 slots make 4 segments of 4,096")
 	_, err = a.openMap("m", true, []RegionOption{WithSlots(8), WithSlotSize(104)})
 	require.ErrorContains(t, err, "encoded flag")
 	_, err = a.Map("m", WithSlots(8), WithSlotSize(104))
@@ -293,13 +293,13 @@ func TestMapModel(t *testing.T) {
 }
 
 // An evicting map against the model: tables smaller than the key set, so
-// eviction runs all the time, with one segment and with two (2,050 slots
-// make one segment of 1,025 slots and one of 1,025).
+// eviction runs all the time, with one segment and with two (8,193 slots
+// make one segment of 4,096 slots and one of 4,097).
 func TestMapModelEvicting(t *testing.T) {
-	for _, slots := range []int{1, 5, 16, 97, 2050} {
+	for _, slots := range []int{1, 5, 16, 97, 8193} {
 		t.Run(strconv.Itoa(slots), func(t *testing.T) {
 			m := testMap(t, WithSlots(slots), WithSlotSize(64), WithEviction())
-			runModelKeys(t, m, rand.New(rand.NewPCG(uint64(slots), 3)), 20000, max(2*slots, 40))
+			runModelKeys(t, m, rand.New(rand.NewPCG(uint64(slots), 3)), max(20000, 8*slots), max(2*slots, 40))
 			require.Positive(t, m.Stats().Evicted)
 		})
 	}
@@ -307,9 +307,9 @@ func TestMapModelEvicting(t *testing.T) {
 
 // A plain map of several segments against the model.
 func TestMapModelSegments(t *testing.T) {
-	m := testMap(t, WithSlots(3000), WithSlotSize(64))
+	m := testMap(t, WithSlots(9000), WithSlotSize(64))
 	require.Equal(t, uint64(2), m.stripes)
-	runModelKeys(t, m, rand.New(rand.NewPCG(5, 6)), 30000, 2500)
+	runModelKeys(t, m, rand.New(rand.NewPCG(5, 6)), 40000, 7000)
 }
 
 // Tables of under eight slots, where every probe wraps and a window of
@@ -684,9 +684,7 @@ func TestMapDisjointInsertsProcesses(t *testing.T) {
 	a, path := tempArena(t, 4<<20)
 	m, err := a.Map("fill", WithSlots(4096))
 	require.NoError(t, err)
-	// 2 x 1600 keys into 4096 slots in 4 segments: 78% full at the end
-	// (a segment's share of 3,200 keys tops its 1,024 slots less than
-	// once in a billion runs).
+	// 2 x 1600 keys into 4096 slots, one segment: 78% full at the end.
 	runChildren(t, "map-insert", 2, "SHMARENA_PATH="+path, "SHMARENA_N=1600")
 	for id := range 2 {
 		for i := range 1600 {
@@ -821,7 +819,7 @@ func TestMapCountsUnderChurnProcesses(t *testing.T) {
 // last tag, into the next segment's tags or padding it must ignore).
 func TestScanTagsMatchesBytewiseScan(t *testing.T) {
 	a, _ := tempArena(t, 1<<20)
-	m, err := a.Map("tags", WithSlots(3*minSegmentSlots+5), WithStripes(3))
+	m, err := a.Map("tags", WithSlots(3*minSegmentSlots+5), WithSlotSize(48), WithStripes(3))
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), m.stripes)
 	rng := rand.New(rand.NewPCG(1, 2))

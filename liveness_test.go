@@ -44,7 +44,7 @@ func TestReaderWaitsForLiveRecoverer(t *testing.T) {
 				oddPatience = 50 * time.Millisecond
 			}
 			a, path := tempArena(t, 4<<20)
-			m, err := a.Map("m", WithSlots(4096), WithStripes(4))
+			m, err := a.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 			require.NoError(t, err)
 			dead, live := sameHome(m)
 			require.NoError(t, m.Store(dead, []byte("half")))
@@ -79,7 +79,7 @@ func TestReaderWaitsForLiveRecoverer(t *testing.T) {
 						go func() {
 							defer close(repaired)
 							time.Sleep(20 * time.Millisecond)
-							mr, err := recoverer.Map("m", WithSlots(4096), WithStripes(4))
+							mr, err := recoverer.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 							if err == nil {
 								mr.repairSegment(s)
 								mr.release(s)
@@ -105,7 +105,7 @@ func TestReaderWaitsForLiveRecoverer(t *testing.T) {
 			require.False(t, ok)
 			require.Equal(t, busy+1, m.Stats().Busy, "giving up on a slot still being repaired counts Busy")
 			// Let the recoverer finish now, so the arena closes clean.
-			m2, err := recoverer.Map("m", WithSlots(4096), WithStripes(4))
+			m2, err := recoverer.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 			require.NoError(t, err)
 			m2.repairSegment(s)
 			require.True(t, m2.release(s))
@@ -146,14 +146,14 @@ func TestOpenTooManyHandles(t *testing.T) {
 // record: it returns ErrLockLost and leaves the recoverer's work as it is.
 func TestLostLockIsReported(t *testing.T) {
 	a, path := tempArena(t, 4<<20)
-	m, err := a.Map("m", WithSlots(4096), WithStripes(4))
+	m, err := a.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 	require.NoError(t, err)
 	r, err := a.Ring("r", WithSlots(8), WithSlotSize(64))
 	require.NoError(t, err)
 	other, err := Open(path)
 	require.NoError(t, err)
 	defer other.Close()
-	mo, err := other.Map("m", WithSlots(4096), WithStripes(4))
+	mo, err := other.Map("m", WithSlots(16384), WithSlotSize(64), WithStripes(4))
 	require.NoError(t, err)
 	require.NoError(t, m.Store("k", []byte("old")))
 	s := m.stripeOf(m.hashKey("k"))

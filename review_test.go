@@ -161,7 +161,7 @@ func TestCarverKilledWhileWorkerHoldsItsFile(t *testing.T) {
 // README promises reads take no lock and give up after a bounded wait.
 // Fixed: the recount never waits; it is left due instead.
 func TestLoadOfDeadWritersSlotWaitsForNoOtherStripe(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
 	m, err := crashMap(a)
 	require.NoError(t, err)
 	victim := keyInStripe(m, "victim", 1)
@@ -279,7 +279,7 @@ func TestWriteWaitingForAStripeGivesUpOnClose(t *testing.T) {
 // the live one holds its stripe. README: the lock "goes to whoever takes it
 // first, which is what keeps a stopped process from stalling anyone".
 func TestRecountHoldsNoStripeWhileALiveHolderHasOne(t *testing.T) {
-	a, path := tempArena(t, 1<<20)
+	a, path := tempArena(t, 4<<20)
 	m, err := crashMap(a)
 	require.NoError(t, err)
 	victim := keyInStripe(m, "victim", 1)
