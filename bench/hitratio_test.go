@@ -12,8 +12,9 @@ import (
 // TestHitRatioShort is the CI check of issue 13's hit-ratio target, on a
 // small Zipf 1.0 trace (20,000 keys, 200,000 requests, a few seconds): an
 // evicting Map of C slots beats an exact LRU of C entries, and scores
-// what its simulated model (S3-FIFO without ghost, moving an entry read
-// once, 7/8 of each segment's slots live, the map's segments) scores.
+// what its simulated model (sim.MapModel: S3-FIFO moving an entry read
+// once, 7/8 of each segment's slots live, the map's segments, the map's
+// fingerprint ghost) scores, within 1 point.
 func TestHitRatioShort(t *testing.T) {
 	spec := sim.ShortSpecs()[0]
 	require.Equal(t, sim.Zipf, spec.Kind)
@@ -24,7 +25,7 @@ func TestHitRatioShort(t *testing.T) {
 		require.NoError(t, err)
 		s3, err := sim.Run(tr, sim.NewS3FIFO(sim.S3Config{Capacity: c}))
 		require.NoError(t, err)
-		mc := sim.NewS3FIFO(sim.S3Config{SegmentSlots: c, Segments: sim.Segments(c), NoGhost: true, Threshold: 1})
+		mc := sim.NewS3FIFO(sim.MapModel(c, true))
 		model, err := sim.Run(tr, mc)
 		require.NoError(t, err)
 		m, st, err := sim.RunMap(tr, c)

@@ -55,11 +55,13 @@ type Row struct {
 	Map87 float64 // shmarena Map WithSlots(C*8/7): holds about C live entries
 	// The S3-FIFO reference changed one step at a time towards what the
 	// map does, to attribute the gap between them.
-	NoGhost  float64 // ... without the ghost queue
-	Thr1     float64 // ... and moving an entry read once to main
-	Cap78    float64 // ... and holding 7/8 of C
-	Model    float64 // ... and split into the map's segments: the map's model
-	Segments int     // the map's segments at WithSlots(C)
+	Thr1  float64 // ... moving an entry read once to main
+	Cap78 float64 // ... and holding 7/8 of C
+	Segs  float64 // ... and split into the map's segments, a ghost FIFO in each
+	Model float64 // ... and the map's fingerprint ghost for the FIFO: the map's model
+	// NoGhost is the model without a ghost: the map before it had one.
+	NoGhost  float64
+	Segments int // the map's segments at WithSlots(C)
 	Stats    shmarena.MapStats
 }
 
@@ -80,16 +82,19 @@ func Measure(specs []Spec, sizes []int, log io.Writer) ([]Row, error) {
 		for _, c := range sizes {
 			start := time.Now()
 			row := Row{Trace: sp.Name, Keys: sp.Keys, C: c, Segments: Segments(c)}
+			segs := MapModel(c, false)
+			segs.NoGhost = false // libCacheSim's ghost FIFO in each segment
 			sims := []struct {
 				dst *float64
 				c   Cache
 			}{
 				{&row.LRU, NewLRU(c)},
 				{&row.S3, NewS3FIFO(S3Config{Capacity: c})},
-				{&row.NoGhost, NewS3FIFO(S3Config{Capacity: c, NoGhost: true})},
-				{&row.Thr1, NewS3FIFO(S3Config{Capacity: c, NoGhost: true, Threshold: 1})},
-				{&row.Cap78, NewS3FIFO(S3Config{Capacity: MapCapacity(c), NoGhost: true, Threshold: 1})},
-				{&row.Model, NewS3FIFO(S3Config{SegmentSlots: c, Segments: Segments(c), NoGhost: true, Threshold: 1})},
+				{&row.Thr1, NewS3FIFO(S3Config{Capacity: c, Threshold: 1})},
+				{&row.Cap78, NewS3FIFO(S3Config{Capacity: MapCapacity(c), Threshold: 1})},
+				{&row.Segs, NewS3FIFO(segs)},
+				{&row.Model, NewS3FIFO(MapModel(c, true))},
+				{&row.NoGhost, NewS3FIFO(MapModel(c, false))},
 			}
 			for _, s := range sims {
 				r, err := Run(tr, s.c)
@@ -108,8 +113,8 @@ func Measure(specs []Spec, sizes []int, log io.Writer) ([]Row, error) {
 			}
 			row.Map87 = r.Ratio()
 			rows = append(rows, row)
-			fmt.Fprintf(log, "  C=%d: LRU %.4f S3-FIFO %.4f map %.4f map(8/7) %.4f model %.4f (%v)\n",
-				c, row.LRU, row.S3, row.Map, row.Map87, row.Model, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(log, "  C=%d: LRU %.4f S3-FIFO %.4f map %.4f map(8/7) %.4f model %.4f model without ghost %.4f (%v)\n",
+				c, row.LRU, row.S3, row.Map, row.Map87, row.Model, row.NoGhost, time.Since(start).Round(time.Millisecond))
 		}
 	}
 	return rows, nil
@@ -137,13 +142,14 @@ func Markdown(rows []Row) string {
 			pct(r.Map87), r.C*8/7, pts(r.Map87-r.LRU), pts(r.Map87-r.S3), verdict(r.Map87, r))
 	}
 	b.WriteString("\nWhere the gap to S3-FIFO comes from: the reference changed one step at a time towards\n")
-	b.WriteString("the map (each column keeps the changes to its left), then the map itself:\n\n")
-	b.WriteString("| trace | C | S3-FIFO ref | no ghost | + to main after 1 read | + holds 7/8·C | + split in the map's segments (model) | map | map − model |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("the map (each column keeps the changes to its left), then the map itself; last, the\n")
+	b.WriteString("model without a ghost, and what the ghost adds to it:\n\n")
+	b.WriteString("| trace | C | S3-FIFO ref | to main after 1 read | + holds 7/8·C | + split in the map's segments | + fingerprint ghost (model) | map | map − model | model, no ghost | ghost adds |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s (%d) | %s | %s |\n",
-			r.Trace, r.C, pct(r.S3), pct(r.NoGhost), pct(r.Thr1), pct(r.Cap78), pct(r.Model), r.Segments,
-			pct(r.Map), pts(r.Map-r.Model))
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s (%d) | %s | %s | %s | %s | %s |\n",
+			r.Trace, r.C, pct(r.S3), pct(r.Thr1), pct(r.Cap78), pct(r.Segs), r.Segments, pct(r.Model),
+			pct(r.Map), pts(r.Map-r.Model), pct(r.NoGhost), pts(r.Model-r.NoGhost))
 	}
 	return b.String()
 }
@@ -167,14 +173,14 @@ func verdict(m float64, r Row) string {
 	return strings.Join(out, ", ")
 }
 
-// WhatIf is one trace at one size C under changes to the map's policy
-// that issue 13 could make, simulated on the map's model (segments, 7/8
-// live, no ghost, to main after one read).
+// WhatIf is one trace at one size C under a change to the map's policy
+// that issue 13 could still make, simulated on the map's model
+// (MapModel, ghost included).
 type WhatIf struct {
-	Trace                 string
-	C                     int
-	S3, Model             float64
-	Ghost, Live1516, Both float64 // model + ghost; model holding 15/16; both
+	Trace     string
+	C         int
+	S3, Model float64
+	Live1516  float64 // the model holding 15/16 of each segment's slots
 }
 
 // MeasureWhatIf simulates the what-if variants of every spec at every
@@ -183,7 +189,6 @@ func MeasureWhatIf(specs []Spec, sizes []int, log io.Writer) ([]WhatIf, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	live1516 := func(n int) int { return max(1, n-n/16) }
 	var out []WhatIf
 	for _, sp := range specs {
 		tr, err := Generate(sp)
@@ -192,21 +197,20 @@ func MeasureWhatIf(specs []Spec, sizes []int, log io.Writer) ([]WhatIf, error) {
 		}
 		for _, c := range sizes {
 			w := WhatIf{Trace: sp.Name, C: c}
-			model := S3Config{SegmentSlots: c, Segments: Segments(c), NoGhost: true, Threshold: 1}
-			ghost, l16, both := model, model, model
-			ghost.NoGhost, l16.Live = false, live1516
-			both.NoGhost, both.Live = false, live1516
+			model := MapModel(c, true)
+			l16 := model
+			l16.Live = func(n int) int { return max(1, n-n/16) }
 			for _, s := range []struct {
 				dst *float64
 				cfg S3Config
-			}{{&w.S3, S3Config{Capacity: c}}, {&w.Model, model}, {&w.Ghost, ghost}, {&w.Live1516, l16}, {&w.Both, both}} {
+			}{{&w.S3, S3Config{Capacity: c}}, {&w.Model, model}, {&w.Live1516, l16}} {
 				r, err := Run(tr, NewS3FIFO(s.cfg))
 				if err != nil {
 					return nil, err
 				}
 				*s.dst = r.Ratio()
 			}
-			fmt.Fprintf(log, "  what-if %s C=%d: model %.4f ghost %.4f 15/16 %.4f both %.4f\n", sp.Name, c, w.Model, w.Ghost, w.Live1516, w.Both)
+			fmt.Fprintf(log, "  what-if %s C=%d: model %.4f 15/16 %.4f\n", sp.Name, c, w.Model, w.Live1516)
 			out = append(out, w)
 		}
 	}
@@ -216,12 +220,11 @@ func MeasureWhatIf(specs []Spec, sizes []int, log io.Writer) ([]WhatIf, error) {
 // WhatIfMarkdown renders what-if rows as a table.
 func WhatIfMarkdown(ws []WhatIf) string {
 	var b strings.Builder
-	b.WriteString("| trace | C | S3-FIFO ref | map model (as shipped) | + ghost | holds 15/16 | + ghost, holds 15/16 |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| trace | C | S3-FIFO ref | map model (as shipped) | holds 15/16 |\n")
+	b.WriteString("|---|---:|---:|---:|---:|\n")
 	for _, w := range ws {
-		fmt.Fprintf(&b, "| %s | %d | %s | %s (%s) | %s (%s) | %s (%s) | %s (%s) |\n", w.Trace, w.C, pct(w.S3),
-			pct(w.Model), pts(w.Model-w.S3), pct(w.Ghost), pts(w.Ghost-w.S3), pct(w.Live1516), pts(w.Live1516-w.S3),
-			pct(w.Both), pts(w.Both-w.S3))
+		fmt.Fprintf(&b, "| %s | %d | %s | %s (%s) | %s (%s) |\n", w.Trace, w.C, pct(w.S3),
+			pct(w.Model), pts(w.Model-w.S3), pct(w.Live1516), pts(w.Live1516-w.S3))
 	}
 	return b.String()
 }

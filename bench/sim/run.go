@@ -56,9 +56,19 @@ func (c *MapCache) Access(k uint32) (bool, error) {
 func (c *MapCache) Close() error { return c.arena.Close() }
 
 // Segments returns how many segments shmarena gives a map of slots slots
-// with the default stripe count (min(64, slots/256), at least 1: see
-// WithStripes).
-func Segments(slots int) int { return max(1, min(64, slots/256)) }
+// with the default stripe count: min(64, slots/1024), at least 1 (the
+// core's segmentsFor and minSegmentSlots in hashmap.go; see WithStripes).
+func Segments(slots int) int { return max(1, min(64, slots/1024)) }
+
+// MapModel returns the S3-FIFO simulator's shape for shmarena's evicting
+// map of slots slots: its segments, 7/8 of each segment's slots live, an
+// entry read once in the small queue moving to the main one, and, with
+// ghost, the map's per-segment fingerprint ghost (without, the map as it
+// was before it had one).
+func MapModel(slots int, ghost bool) S3Config {
+	return S3Config{SegmentSlots: slots, Segments: Segments(slots), Threshold: 1,
+		NoGhost: !ghost, FingerprintGhost: ghost}
+}
 
 // Result is one cache's score on one trace.
 type Result struct {

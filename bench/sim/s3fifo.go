@@ -1,5 +1,7 @@
 package sim
 
+import "cmp"
+
 // S3Config shapes an S3-FIFO simulator. The zero value of every field but
 // Capacity gives the reference: libCacheSim's S3FIFO.c defaults
 // (1a1a11a/libCacheSim, libCacheSim/cache/eviction/S3FIFO.c:
@@ -7,8 +9,20 @@ package sim
 type S3Config struct {
 	// Capacity is the number of entries the whole cache holds.
 	Capacity int
-	// NoGhost drops the ghost queue (shmarena keeps none).
+	// NoGhost drops the ghost (shmarena before its ghost, and the "no
+	// ghost" columns).
 	NoGhost bool
+	// FingerprintGhost replaces the ghost FIFO with shmarena's ghost
+	// (hashmap_evict.go: forget, recalled, ghostEntry): per
+	// segment, a direct-mapped table of 32-bit fingerprints of the keys
+	// evicted unread from the small queue, a newer fingerprint replacing
+	// whatever its entry held; a new key whose fingerprint its entry holds
+	// goes to the main queue, and the entry is cleared. The table has 9/10
+	// of a segment's capacity entries (of the longest segment's, with
+	// SegmentSlots, as the map sizes it) and, as in the map, is looked up
+	// after the evictions that make room for the key. Ignored with
+	// NoGhost.
+	FingerprintGhost bool
 	// Threshold is the read count at which an entry leaving the small
 	// queue moves to the main one rather than out; 0 means 2, as in
 	// libCacheSim. shmarena moves an entry read once (1).
@@ -34,10 +48,12 @@ type S3Config struct {
 // and a ghost FIFO of 90% of the capacity holding ids evicted from the
 // small queue (a miss on a ghost id enters the main queue). Before the
 // first eviction, a new key enters the main queue when the small one is
-// full. Not safe for concurrent use.
+// full. S3Config changes it towards shmarena's map, down to the map's
+// model (MapModel). Not safe for concurrent use.
 type S3FIFO struct {
 	thr  uint8
 	ghst bool
+	fp   bool // FingerprintGhost
 	segs []s3seg
 	obj  map[uint32]uint8 // key -> read count (saturating at 3) | inSmall
 	gh   map[uint32]uint32
@@ -52,18 +68,25 @@ type s3seg struct {
 	ghost                            ghostQ
 	nghost                           int
 	evicted                          bool
+	fps                              []uint32 // FingerprintGhost's table; 0 is empty
 }
 
 // NewS3FIFO returns an empty S3-FIFO simulator shaped by c.
 func NewS3FIFO(c S3Config) *S3FIFO {
-	s := &S3FIFO{thr: 2, ghst: !c.NoGhost, obj: map[uint32]uint8{}, gh: map[uint32]uint32{}}
+	s := &S3FIFO{thr: 2, ghst: !c.NoGhost, fp: !c.NoGhost && c.FingerprintGhost, obj: map[uint32]uint8{}, gh: map[uint32]uint32{}}
 	if c.Threshold > 0 {
 		s.thr = uint8(min(c.Threshold, 3))
 	}
 	n := max(1, c.Segments)
 	caps := make([]int, n)
+	fpLen := 0 // 0: 9/10 of each segment's own capacity
 	if c.SegmentSlots > 0 {
 		seg := c.SegmentSlots / n
+		live := MapCapacity
+		if c.Live != nil {
+			live = c.Live
+		}
+		fpLen = max(1, live(seg+c.SegmentSlots%n)*9/10) // queueCaps in the core's hashmap_evict.go
 		for i := range caps {
 			sl := seg
 			if i == n-1 {
@@ -84,8 +107,12 @@ func NewS3FIFO(c S3Config) *S3FIFO {
 	for _, cp := range caps {
 		cp = max(1, cp)
 		small := int(float64(cp) * 0.10)
-		s.segs = append(s.segs, s3seg{cap: cp, smallCap: small, mainCap: cp - small,
-			ghostCap: int(float64(cp) * 0.90), small: newRing(cp), main: newRing(cp)})
+		g := s3seg{cap: cp, smallCap: small, mainCap: cp - small,
+			ghostCap: int(float64(cp) * 0.90), small: newRing(cp), main: newRing(cp)}
+		if s.fp {
+			g.fps = make([]uint32, cmp.Or(fpLen, max(1, cp*9/10)))
+		}
+		s.segs = append(s.segs, g)
 	}
 	return s
 }
@@ -106,11 +133,9 @@ func (s *S3FIFO) Capacity() int {
 // Len returns the entries held.
 func (s *S3FIFO) Len() int { return len(s.obj) }
 
-func (s *S3FIFO) segOf(k uint32) *s3seg {
-	if len(s.segs) == 1 {
-		return &s.segs[0]
-	}
-	h := mix64(uint64(k))
+// segOf returns the segment of key k, whose hash is h = mix64(k): chosen
+// by h's low 32 bits, as the map's stripeOf does.
+func (s *S3FIFO) segOf(h uint64) *s3seg {
 	return &s.segs[(uint64(uint32(h))*uint64(len(s.segs)))>>32]
 }
 
@@ -122,9 +147,10 @@ func (s *S3FIFO) Access(k uint32) (bool, error) {
 		}
 		return true, nil
 	}
-	g := s.segOf(k)
+	h := mix64(uint64(k))
+	g := s.segOf(h)
 	hitGhost := false
-	if s.ghst {
+	if s.ghst && !s.fp {
 		if _, ok := s.gh[k]; ok {
 			delete(s.gh, k)
 			g.nghost--
@@ -133,6 +159,9 @@ func (s *S3FIFO) Access(k uint32) (bool, error) {
 	}
 	for g.small.n+g.main.n >= g.cap {
 		s.evict(g)
+	}
+	if s.fp {
+		hitGhost = g.recalled(h)
 	}
 	switch {
 	case hitGhost:
@@ -166,7 +195,10 @@ func (s *S3FIFO) evictSmall(g *s3seg) {
 			continue
 		}
 		delete(s.obj, k)
-		if s.ghst {
+		switch {
+		case s.fp:
+			g.forget(mix64(uint64(k)))
+		case s.ghst:
 			s.ghostAdd(g, k)
 		}
 		return
@@ -205,6 +237,30 @@ func (s *S3FIFO) ghostAdd(g *s3seg, k uint32) {
 	s.gh[k] = s.seq
 	g.ghost.push(ghostEntry{k, s.seq})
 	g.nghost++
+}
+
+// fingerprint returns the entry of g's fingerprint table a key of hash h
+// goes to and its fingerprint (never 0), as the map's ghostEntry does.
+func (g *s3seg) fingerprint(h uint64) (int, uint32) {
+	fp := uint32(h>>32^h>>11) | 1
+	return int(uint64(fp) * 0x9e3779b1 % uint64(len(g.fps))), fp
+}
+
+// forget remembers the key of hash h as evicted from g's small queue.
+func (g *s3seg) forget(h uint64) {
+	i, fp := g.fingerprint(h)
+	g.fps[i] = fp
+}
+
+// recalled reports whether g's fingerprint table remembers the key of
+// hash h, and clears its entry if so.
+func (g *s3seg) recalled(h uint64) bool {
+	i, fp := g.fingerprint(h)
+	if g.fps[i] != fp {
+		return false
+	}
+	g.fps[i] = 0
+	return true
 }
 
 // ring is a fixed-capacity FIFO of keys.

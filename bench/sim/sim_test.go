@@ -178,17 +178,72 @@ func TestGenerate(t *testing.T) {
 }
 
 func TestMapCache(t *testing.T) {
-	c, err := NewMapCache(512)
+	c, err := NewMapCache(4096)
 	require.NoError(t, err)
 	defer c.Close()
 	assert.Equal(t, []bool{false, true, false}, access(t, c, 42, 42, 43))
-	for k := uint32(0); k < 5000; k++ {
+	for k := uint32(0); k < 40_000; k++ {
 		_, err := c.Access(k)
 		require.NoError(t, err)
 	}
 	st := c.Map.Stats()
-	assert.LessOrEqual(t, st.Used, 2*MapCapacity(256), "7/8 of each of its two segments")
+	assert.Equal(t, 4*MapCapacity(1024), st.Used, "7/8 of each of its four segments")
 	assert.Positive(t, st.Evicted)
-	assert.Equal(t, 2, Segments(512))
+	assert.Equal(t, 4, Segments(4096))
+	assert.Equal(t, 1, Segments(2047))
+	assert.Equal(t, 64, Segments(1<<20))
 	assert.False(t, math.IsNaN(Result{}.Ratio()))
+}
+
+func TestFingerprintGhost(t *testing.T) {
+	// Capacity 20, one segment: small 2, main 18, a table of 18
+	// fingerprints. Before the first eviction 0 and 1 fill the small
+	// queue and 2..19 go to main.
+	s := NewS3FIFO(S3Config{Capacity: 20, Threshold: 1, FingerprintGhost: true})
+	g := &s.segs[0]
+	require.Len(t, g.fps, 18)
+	access(t, s, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19)
+	// 100 evicts small's 0, unread: remembered. 0 then evicts small's 1
+	// (remembered) and, recalled, enters the main queue; its entry is
+	// cleared, so it is recalled once.
+	assert.Equal(t, []bool{false, false}, access(t, s, 100, 0))
+	assert.Zero(t, s.obj[0]&s3InSmall, "0 went to the main queue")
+	assert.NotZero(t, s.obj[100]&s3InSmall)
+	i0, _ := g.fingerprint(mix64(0))
+	assert.Zero(t, g.fps[i0], "0's entry cleared")
+	assert.False(t, g.recalled(mix64(0)))
+	assert.True(t, g.recalled(mix64(1)), "1 evicted unread from small: remembered")
+	assert.False(t, g.recalled(mix64(1)), "and recalled once")
+
+	// A newer fingerprint replaces an older one at the same entry.
+	var a, b uint32 = 1000, 1001
+	ia, fa := g.fingerprint(mix64(uint64(a)))
+	for {
+		ib, fb := g.fingerprint(mix64(uint64(b)))
+		if ib == ia && fb != fa {
+			break
+		}
+		b++
+	}
+	g.forget(mix64(uint64(a)))
+	g.forget(mix64(uint64(b)))
+	assert.False(t, g.recalled(mix64(uint64(a))), "a's fingerprint was replaced")
+	assert.True(t, g.recalled(mix64(uint64(b))))
+
+	// Without a ghost, a key evicted from small comes back to small.
+	n := NewS3FIFO(S3Config{Capacity: 20, Threshold: 1, NoGhost: true})
+	access(t, n, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 100, 0)
+	assert.NotZero(t, n.obj[0]&s3InSmall)
+	assert.Nil(t, n.segs[0].fps)
+
+	// With the map's segments, every table is sized for the longest
+	// segment, as the map sizes its ghost: 9/10 of its capacity.
+	// 4,103 slots: segments of 1,025, the last 1,028, holding 897 and 900;
+	// 810 fingerprints each.
+	m := NewS3FIFO(MapModel(4103, true))
+	require.Len(t, m.segs, 4)
+	for i := range m.segs {
+		assert.Equal(t, 810, len(m.segs[i].fps), "segment %d", i)
+	}
+	assert.Equal(t, 3*897+900, m.Capacity())
 }

@@ -3,7 +3,8 @@
 // one-hit-wonder and scan traces, and prints the tables of results.md's
 // "Hit ratio (issue 13)" section to standard output (progress goes to
 // standard error). About five minutes; -short takes a few seconds;
-// -whatif simulates policy changes instead (no Map runs).
+// -whatif simulates a policy change (15/16 of the slots live) on the
+// map's model instead (no Map runs).
 //
 //	go run ./cmd/hitratio > /tmp/hitratio.md
 package main
@@ -18,7 +19,7 @@ import (
 
 func main() {
 	short := flag.Bool("short", false, "small traces (20,000 keys, 200,000 requests), as CI runs")
-	whatif := flag.Bool("whatif", false, "instead, simulate changes to the map's policy (ghost, 15/16 live) on its model")
+	whatif := flag.Bool("whatif", false, "instead, simulate a change to the map's policy (15/16 live) on its model")
 	flag.Parse()
 	specs, sizes := sim.FullSpecs(), sim.FullSizes()
 	if *short {
