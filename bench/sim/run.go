@@ -56,9 +56,9 @@ func (c *MapCache) Access(k uint32) (bool, error) {
 func (c *MapCache) Close() error { return c.arena.Close() }
 
 // Segments returns how many segments shmarena gives a map of slots slots
-// with the default stripe count: min(64, slots/1024), at least 1 (the
+// with the default stripe count: min(64, slots/4096), at least 1 (the
 // core's segmentsFor and minSegmentSlots in hashmap.go; see WithStripes).
-func Segments(slots int) int { return max(1, min(64, slots/1024)) }
+func Segments(slots int) int { return max(1, min(64, slots/4096)) }
 
 // MapModel returns the S3-FIFO simulator's shape for shmarena's evicting
 // map of slots slots: its segments, 7/8 of each segment's slots live, an

@@ -178,18 +178,18 @@ func TestGenerate(t *testing.T) {
 }
 
 func TestMapCache(t *testing.T) {
-	c, err := NewMapCache(4096)
+	c, err := NewMapCache(16384)
 	require.NoError(t, err)
 	defer c.Close()
 	assert.Equal(t, []bool{false, true, false}, access(t, c, 42, 42, 43))
-	for k := uint32(0); k < 40_000; k++ {
+	for k := uint32(0); k < 160_000; k++ {
 		_, err := c.Access(k)
 		require.NoError(t, err)
 	}
 	st := c.Map.Stats()
-	assert.Equal(t, 4*MapCapacity(1024), st.Used, "7/8 of each of its four segments")
+	assert.Equal(t, 4*MapCapacity(4096), st.Used, "7/8 of each of its four segments")
 	assert.Positive(t, st.Evicted)
-	assert.Equal(t, 4, Segments(4096))
+	assert.Equal(t, 4, Segments(16384))
 	assert.Equal(t, 1, Segments(2047))
 	assert.Equal(t, 64, Segments(1<<20))
 	assert.False(t, math.IsNaN(Result{}.Ratio()))
@@ -238,12 +238,12 @@ func TestFingerprintGhost(t *testing.T) {
 
 	// With the map's segments, every table is sized for the longest
 	// segment, as the map sizes its ghost: 9/10 of its capacity.
-	// 4,103 slots: segments of 1,025, the last 1,028, holding 897 and 900;
-	// 810 fingerprints each.
-	m := NewS3FIFO(MapModel(4103, true))
+	// 16,387 slots: segments of 4,096, the last 4,099, holding 3,584 and
+	// 3,587; 3,228 fingerprints each (9/10 of the longest's 3,587).
+	m := NewS3FIFO(MapModel(16387, true))
 	require.Len(t, m.segs, 4)
 	for i := range m.segs {
-		assert.Equal(t, 810, len(m.segs[i].fps), "segment %d", i)
+		assert.Equal(t, 3228, len(m.segs[i].fps), "segment %d", i)
 	}
-	assert.Equal(t, 3*897+900, m.Capacity())
+	assert.Equal(t, 3*3584+3587, m.Capacity())
 }
