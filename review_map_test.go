@@ -477,7 +477,7 @@ func TestReviewTTLCollectionMovesKeepStableKeys(t *testing.T) {
 	busy0 := m.Stats().Busy
 	stop := reviewChurn(1, func(_, i int) {
 		k := "ttl" + strconv.Itoa(i%400)
-		_ = m.Store(k, []byte(k), WithTTL(time.Duration(rand.IntN(300))*time.Microsecond))
+		_ = m.Store(k, []byte(k), WithTTL(time.Duration(1+rand.IntN(300))*time.Microsecond))
 	})
 	defer stop()
 	var misses atomic.Int64
