@@ -30,7 +30,7 @@ func BenchmarkMapChurn(b *testing.B) {
 	}
 	absent := make([]string, 4096)
 	for i := range absent {
-		absent[i] = benchKey(1<<40 + i)
+		absent[i] = benchKey(1<<30 + i)
 	}
 	val := make([]byte, 64)
 	type kind struct {

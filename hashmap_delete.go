@@ -88,9 +88,12 @@ func (m *Map) endMoves(s uint64) {
 // closeHole moves entries after the tombstone at hole back over it, each
 // to the hole if its probe path passes there, until the run of entries
 // ends, then empties the last hole. Holding stripe s, inside beginMoves.
-// It stops at anything it does not expect (a tombstone, a slot of another
-// segment's key), leaving that hole a tombstone: a repair or a later
-// delete clears it, and a tombstone misleads no reader.
+// In a segment with no empty slot the run is the whole segment: every
+// other entry has been looked at when the walk comes back round, and the
+// last hole is emptied then too. It stops at anything it does not expect
+// (a tombstone, a slot of another segment's key), leaving that hole a
+// tombstone, counted: a repair or a later insert clears it, and a
+// tombstone misleads no reader.
 func (m *Map) closeHole(s uint64, sp span, hole uint64) bool {
 	j := sp.add(hole, 1)
 	for n := uint64(1); n < sp.len(); n, j = n+1, sp.add(j, 1) {
@@ -101,11 +104,13 @@ func (m *Map) closeHole(s uint64, sp span, hole uint64) bool {
 			return m.emptyHole(s, hole)
 		case stateLive:
 		default:
+			m.addCounts(s, 0, 1)
 			return true
 		}
 		h := mem.Load64(m.mem, off+sHash)
 		hs, _, home := m.place(h)
 		if hs != s || !m.valid(meta) {
+			m.addCounts(s, 0, 1)
 			return true
 		}
 		if sp.dist(home, j) < sp.dist(hole, j) {
@@ -116,7 +121,7 @@ func (m *Map) closeHole(s uint64, sp span, hole uint64) bool {
 		}
 		hole = j
 	}
-	return true
+	return m.emptyHole(s, hole)
 }
 
 // emptyHole turns the tombstone at hole, the last of a run, into an empty

@@ -406,12 +406,17 @@ func (m *Map) readSegment(s uint64, dst []walked) []walked {
 		}
 		dst = dst[:n0]
 		var kb []byte
+		seen := map[string]bool{}
 		for i := sp.lo; i < sp.hi; i++ {
 			if m.tag(i) <= tagTombstone {
 				continue
 			}
 			off := m.slotOff(i)
-			if key, meta, ok := m.readLiveKey(off, kb[:0]); ok {
+			// A key deleted and stored again while the segment is read
+			// can be met twice without a move (an insert or a delete at a
+			// run's end moves nothing): once each is sync.Map.Range's rule.
+			if key, meta, ok := m.readLiveKey(off, kb[:0]); ok && !seen[key] {
+				seen[key] = true
 				dst = append(dst, walked{key: key, off: off, meta: meta})
 			}
 		}
