@@ -319,4 +319,3 @@ func BenchmarkMapVsRWMutex(b *testing.B) {
 		func(i int) { _, _ = m.Add(counterKeys[i%16], 1) },
 		func(i int) { r.add(counterKeys[i%16], 1) })
 }
-
