@@ -250,6 +250,9 @@ func (t *TypedMap[V]) All() iter.Seq2[string, V] {
 // or a panic, leaves the slot unchanged; the lock is released either way.
 // Without WithTTL in c the entry keeps its deadline.
 func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]byte, bool, error)) (err error) {
+	if err := m.refuse("update"); err != nil {
+		return err
+	}
 	if err := m.check(key, 0); err != nil {
 		return err
 	}

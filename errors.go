@@ -104,6 +104,11 @@ var (
 	// of defence, and worth reporting.
 	ErrLockLost = errors.New("lock was taken over by another process")
 
+	// ErrReadOnly means a write (or the creation of a region) was asked of
+	// an arena opened with ReadOnly. Nothing was changed; open the arena
+	// without ReadOnly to write.
+	ErrReadOnly = errors.New("arena is open read-only")
+
 	// ErrInvalid means an option or argument is out of range.
 	ErrInvalid = errors.New("invalid argument")
 )

@@ -9,8 +9,9 @@ import (
 type OpenOption func(*openConfig)
 
 type openConfig struct {
-	size int64
-	mode fs.FileMode
+	size     int64
+	mode     fs.FileMode
+	readOnly bool
 }
 
 // WithSize sets the arena's total size in bytes. It is required to create
