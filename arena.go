@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +66,24 @@ const (
 	KindRing RegionKind = 2
 )
 
+// MarshalText returns the kind's String, so it reads as "map" or "ring"
+// in JSON.
+func (k RegionKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads what MarshalText writes; anything else is
+// ErrInvalid.
+func (k *RegionKind) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "map":
+		*k = KindMap
+	case "ring":
+		*k = KindRing
+	default:
+		return fmt.Errorf("shmarena: region kind %s: %w: want \"map\" or \"ring\"", quote(string(b)), ErrInvalid)
+	}
+	return nil
+}
+
 // String returns "map" or "ring".
 func (k RegionKind) String() string {
 	switch k {
@@ -80,12 +96,21 @@ func (k RegionKind) String() string {
 }
 
 // RegionInfo describes one region of an arena. Offset and Length are in
-// bytes from the start of the file.
+// bytes from the start of the file. The rest is the shape the region was
+// made with (the options of Arena.Map or Arena.Ring).
 type RegionInfo struct {
 	Name   string
 	Kind   RegionKind
 	Offset int64
 	Length int64
+	// Slots and SlotSize (bytes, slot header included) of a map or ring.
+	Slots, SlotSize int
+	// Stripes is a map's number of write locks; Typed says it was made by
+	// OpenTypedMap (its values are msgpack encodings).
+	Stripes int  `json:",omitempty"`
+	Typed   bool `json:",omitempty"`
+	// MaxInFlight is a ring's pending-table capacity per group.
+	MaxInFlight int `json:",omitempty"`
 }
 
 // kindOps are what each region kind provides to the arena.
@@ -218,6 +243,7 @@ func initFile(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	}
 	boot, _ := owner.BootID()
 	layout.WriteHeader(b, cfg.size, boot, newSeed())
+	mem.Store64(b, layout.OffCreated, uint64(time.Now().UnixNano()))
 	mem.Store64(b, layout.OffMagic, layout.Magic)
 	a, err := newArena(f, path, b, false)
 	if err != nil {
@@ -466,67 +492,6 @@ func (a *Arena) resetAfterReboot(boot [16]byte) {
 		}
 	}
 	layout.SetBootID(a.mem, boot)
-}
-
-// Processes returns the pids of the processes with a handle attached to the
-// arena, this one included, each once. Liveness is the kernel's word (see
-// "Processes and crashes" in the package documentation); the pid is as the
-// attaching process saw itself, so a process in another PID namespace
-// shows its pid there, and two such processes may show the same one.
-// ErrClosed after Close.
-func (a *Arena) Processes() ([]int, error) {
-	if a.closed.Load() {
-		return nil, ErrClosed
-	}
-	var pids []int
-	for _, e := range a.own.List() {
-		if e.Alive && !slices.Contains(pids, e.Pid) {
-			pids = append(pids, e.Pid)
-		}
-	}
-	runtime.KeepAlive(a)
-	return pids, nil
-}
-
-// Size returns the arena's total size in bytes, or 0 after Close.
-func (a *Arena) Size() int64 {
-	if a.closed.Load() {
-		return 0
-	}
-	return int64(len(a.mem))
-}
-
-// Sync flushes the mapping to the file's storage (msync MS_SYNC). Other
-// processes see writes at once without it; it only matters for
-// durability of a file on disk across a machine crash.
-func (a *Arena) Sync() error {
-	if a.closed.Load() {
-		return ErrClosed
-	}
-	defer runtime.KeepAlive(a)
-	if err := unix.Msync(a.mem, unix.MS_SYNC); err != nil {
-		return fmt.Errorf("shmarena: sync %s: %w", a.path, err)
-	}
-	return nil
-}
-
-// Regions lists the arena's regions in directory order, or nil after
-// Close.
-func (a *Arena) Regions() []RegionInfo {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed.Load() {
-		return nil
-	}
-	var out []RegionInfo
-	for i := 0; i < layout.DirEntries; i++ {
-		if mem.Load32(a.mem, layout.OffDir+i*layout.EntrySize) != layout.EntryReady {
-			continue
-		}
-		e := layout.ReadEntry(a.mem, i)
-		out = append(out, RegionInfo{Name: e.Name, Kind: RegionKind(e.Kind), Offset: e.Offset, Length: e.Length})
-	}
-	return out
 }
 
 // regionSpec asks for a region.

@@ -109,6 +109,10 @@ var (
 	// without ReadOnly to write.
 	ErrReadOnly = errors.New("arena is open read-only")
 
+	// ErrNoRegion means Arena.LookupMap or Arena.LookupRing found no region
+	// of the name (and kind) asked for.
+	ErrNoRegion = errors.New("no such region")
+
 	// ErrInvalid means an option or argument is out of range.
 	ErrInvalid = errors.New("invalid argument")
 )
