@@ -206,6 +206,22 @@ func (h *Handle) List() []Info {
 	return out
 }
 
+// Pid returns the pid recorded by the handle that tok names, or 0 when
+// its entry has been taken again since (or tok names no entry). The pid
+// is for people only (see Info).
+func (h *Handle) Pid(tok uint64) int {
+	i, gen := Split(tok)
+	if i < 0 {
+		return 0
+	}
+	off := layout.ProcSlotOff(i)
+	pid := int(mem.Load32(h.b, off+ePid))
+	if mem.Load64(h.b, off+eGen) != gen {
+		return 0
+	}
+	return pid
+}
+
 // AnyAlive reports whether a handle other than h holds an entry: false
 // proves that no other process is attached (every entry's lock is free).
 func (h *Handle) AnyAlive() bool {
