@@ -102,6 +102,9 @@ type table struct{ tw *tabwriter.Writer }
 func newTable(w io.Writer) *table { return &table{tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)} }
 
 func (t *table) row(cells ...any) {
+	for len(cells) > 0 && cells[len(cells)-1] == "" {
+		cells = cells[:len(cells)-1] // no padding at the end of a line
+	}
 	for i, c := range cells {
 		if i > 0 {
 			fmt.Fprint(t.tw, "\t")

@@ -54,13 +54,6 @@ type env struct {
 // errNo is a "no" answer: exit status 1 with its message already printed.
 var errNo = errors.New("no")
 
-// usageError is a bad command line: exit status 2.
-type usageError struct{ msg string }
-
-func (u usageError) Error() string { return u.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
-
 type command struct {
 	args  string // positional arguments, for usage
 	about string
@@ -134,15 +127,11 @@ func run(e *env, argv []string) int {
 		return 2
 	}
 	err = c.run(e, fs, args)
-	var ue usageError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errNo):
 		return 1
-	case errors.As(err, &ue):
-		fmt.Fprintf(e.stderr, "shmarena %s: %s\n", argv[0], ue.msg)
-		return 2
 	default:
 		fmt.Fprintf(e.stderr, "%s\n", err)
 		return 1
@@ -209,4 +198,6 @@ func (e *env) confirm(yes bool, question string) error {
 
 func yesFlag(fs *flag.FlagSet) { fs.Bool("yes", false, "do not ask for confirmation") }
 
-func flagBool(fs *flag.FlagSet, name string) bool { return fs.Lookup(name).Value.(flag.Getter).Get().(bool) }
+func flagBool(fs *flag.FlagSet, name string) bool {
+	return fs.Lookup(name).Value.(flag.Getter).Get().(bool)
+}
