@@ -66,8 +66,8 @@ const (
 	KindRing RegionKind = 2
 )
 
-// MarshalText returns the kind's String, so it reads as "map" or "ring"
-// in JSON.
+// MarshalText returns the kind's String, so it reads as "map", "ring" or
+// "schema" in JSON.
 func (k RegionKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
 // UnmarshalText reads what MarshalText writes; anything else is
@@ -78,19 +78,23 @@ func (k *RegionKind) UnmarshalText(b []byte) error {
 		*k = KindMap
 	case "ring":
 		*k = KindRing
+	case "schema":
+		*k = KindSchema
 	default:
 		return fmt.Errorf("shmarena: region kind %s: %w: want \"map\" or \"ring\"", quote(string(b)), ErrInvalid)
 	}
 	return nil
 }
 
-// String returns "map" or "ring".
+// String returns "map", "ring" or "schema".
 func (k RegionKind) String() string {
 	switch k {
 	case KindMap:
 		return "map"
 	case KindRing:
 		return "ring"
+	case KindSchema:
+		return "schema"
 	}
 	return fmt.Sprintf("kind(%d)", uint32(k))
 }

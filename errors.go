@@ -81,6 +81,12 @@ var (
 	// that holds msgpack-encoded values.
 	ErrEncoded = errors.New("map holds encoded values")
 
+	// ErrTypeMismatch means a typed map's stored value is well-formed
+	// msgpack that does not decode as the map's Go type (it was written
+	// through the byte view, or by a process using another type); the
+	// message names the type.
+	ErrTypeMismatch = errors.New("value type mismatch")
+
 	// ErrEncode means a value could not be encoded with msgpack.
 	ErrEncode = errors.New("cannot encode value")
 

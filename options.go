@@ -32,6 +32,7 @@ type regionConfig struct {
 	encoded                  bool
 	inFlight                 int64
 	inFlightSet              bool
+	schemaChange             bool // OpenTypedMap: see WithSchemaChange
 }
 
 // WithSlots sets the number of slots: entries of a map, records of a ring.

@@ -68,6 +68,9 @@ func yesNo(b bool) string {
 
 // shape renders a region's shape: "1024 slots x 256 B, 64 stripes".
 func shape(r shmarena.RegionInfo) string {
+	if r.Kind == shmarena.KindSchema {
+		return "a typed map's value type"
+	}
 	s := fmt.Sprintf("%d slots x %s", r.Slots, bytesText(int64(r.SlotSize)))
 	switch r.Kind {
 	case shmarena.KindMap:

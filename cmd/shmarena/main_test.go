@@ -211,10 +211,13 @@ func TestCommandsOnLiveArena(t *testing.T) {
 	info := decode[shmarena.ArenaInfo](t, ok(t, "info", path, "--json"))
 	var names []string
 	for _, r := range info.Regions {
-		names = append(names, r.Name)
+		if r.Kind != shmarena.KindSchema { // users' value type
+			names = append(names, r.Name)
+		}
 	}
 	assert.Equal(t, []string{"cache", "users", "live", "events", "jobs"}, names)
 	assert.True(t, info.Regions[1].Typed)
+	assert.Equal(t, shmarena.KindSchema, info.Regions[2].Kind)
 	alive := map[int]bool{}
 	for _, p := range info.Processes {
 		alive[p.Pid] = alive[p.Pid] || p.Alive
@@ -222,17 +225,17 @@ func TestCommandsOnLiveArena(t *testing.T) {
 	for _, w := range writers {
 		assert.True(t, alive[w.Process.Pid], "writer %d listed alive", w.Process.Pid)
 	}
-	assert.Contains(t, ok(t, "info", path), "REGIONS"[0:0]+"regions (5 of 64)")
+	assert.Contains(t, ok(t, "info", path), "REGIONS"[0:0]+"regions (6 of 64)")
 
 	st := decode[shmarena.ArenaStats](t, ok(t, "stats", path, "--json"))
-	require.Len(t, st.Regions, 5)
+	require.Len(t, st.Regions, 6)
 	assert.Equal(t, 2, st.Processes)
-	ev := st.Regions[3]
+	ev := st.Regions[4]
 	require.NotNil(t, ev.Ring)
 	assert.Greater(t, ev.Ring.Published, uint64(4), "the writers publish")
 	require.Len(t, ev.Groups, 1)
 	assert.Equal(t, "audit", ev.Groups[0].Name)
-	jg := st.Regions[4].Groups
+	jg := st.Regions[5].Groups
 	require.Len(t, jg, 1)
 	assert.Equal(t, "workers", jg[0].Name)
 	assert.Equal(t, 1, jg[0].Pending)
@@ -241,7 +244,7 @@ func TestCommandsOnLiveArena(t *testing.T) {
 	require.Len(t, one.Regions, 1)
 	r := shm(t, "", "stats", path, "nope")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, "it has: cache, users, live, events, jobs")
+	assert.Contains(t, r.stderr, "it has: cache, users, schema:")
 
 	screen := ok(t, "stats", path, "--watch", "100ms", "--count", "2")
 	assert.Equal(t, 2, strings.Count(screen, "\x1b[2J"), "two screens")
@@ -285,7 +288,7 @@ func TestCommandsOnLiveArena(t *testing.T) {
 
 	chk := shm(t, "", "check", path)
 	assert.Equal(t, 0, chk.code, chk.stdout+chk.stderr)
-	assert.Contains(t, chk.stdout, "ok: 5 regions checked")
+	assert.Contains(t, chk.stdout, "ok: 6 regions checked")
 	locks := decode[struct{ Locks []shmarena.LockInfo }](t, ok(t, "locks", path, "--json"))
 	for _, l := range locks.Locks {
 		assert.True(t, l.Alive, "a live writer's lock: %+v", l)
