@@ -104,6 +104,22 @@ func checkFindings(t *testing.T, path string) []string {
 	return out
 }
 
+// inspect runs everything the shmarena command reads, for the fuzz
+// targets: on any bytes it may report, never panic or hang.
+func inspect(a *Arena) {
+	_, _ = a.Check()
+	_, _ = a.Stats()
+	_, _ = a.Locks()
+	_, _ = a.Info()
+	for _, r := range a.Regions() {
+		if r.Kind == KindRing {
+			if rr, err := a.LookupRing(r.Name); err == nil {
+				rr.Groups()
+			}
+		}
+	}
+}
+
 func TestCheckHealthy(t *testing.T) {
 	ct := newCheckTarget(t)
 	before := fileHash(t, ct.path)

@@ -31,8 +31,8 @@ import (
 // reads absent but is not collected (Expired does not move), a slot or
 // publish a dead process left half-written is not repaired (the reader
 // reports it absent or waits), and a Map read that gives up on a busy
-// slot is not counted in Busy. Cursor.Wait polls (every millisecond or
-// so) rather than sleeping on the ring's futex word.
+// slot is not counted in Busy. Cursor.Wait polls (after 1 ms, backing
+// off to every 20 ms) rather than sleeping on the ring's futex word.
 //
 // A read-only handle takes no entry in the arena's process table: other
 // processes do not see it (Processes), it holds no lock, and it leaves

@@ -174,15 +174,19 @@ func (r *Ring) wait(ctx context.Context, avail func() bool) error {
 // benchmarks).
 func (r *Ring) sleepers() uint32 { return mem.Load32(r.b, r.off+rl.OffSleepers) }
 
-// readOnlyPoll is how often a read-only handle's Wait looks again: it may
-// not write the futex word a sleeper must arm.
-const readOnlyPoll = time.Millisecond
+// A read-only handle's Wait looks again after readOnlyPoll, backing off
+// to readOnlyPollMax while nothing comes: it may not write the futex word
+// a sleeper must arm.
+const (
+	readOnlyPoll    = time.Millisecond
+	readOnlyPollMax = 20 * time.Millisecond
+)
 
-// poll is wait for a read-only handle: it looks every readOnlyPoll.
+// poll is wait for a read-only handle.
 func (r *Ring) poll(ctx context.Context, avail func() bool) error {
-	t := time.NewTicker(readOnlyPoll)
+	t := time.NewTimer(readOnlyPoll)
 	defer t.Stop()
-	for {
+	for d := readOnlyPoll; ; d = min(2*d, readOnlyPollMax) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -194,5 +198,6 @@ func (r *Ring) poll(ctx context.Context, avail func() bool) error {
 		case avail():
 			return nil
 		}
+		t.Reset(d)
 	}
 }
