@@ -197,6 +197,9 @@ func printStats(e *env, cur sample, prev *sample) {
 	w := e.stdout
 	fmt.Fprintf(w, "arena: %s of %s carved, %d processes attached\n", bytesText(cur.st.Used), bytesText(cur.st.Size), cur.st.Processes)
 	for _, r := range cur.st.Regions {
+		if r.Map == nil && r.Ring == nil {
+			continue // a typed map's value-type record: no counters
+		}
 		var old *shmarena.RegionStats
 		if prev != nil {
 			old = findRegion(prev.st, r.Name)

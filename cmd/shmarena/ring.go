@@ -42,7 +42,7 @@ func runTail(e *env, fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	topicSet := isSet(fs, "topic")
-	print := func(rec shmarena.Record) {
+	show := func(rec shmarena.Record) {
 		if topicSet && rec.Topic != topic {
 			return
 		}
@@ -74,7 +74,7 @@ func runTail(e *env, fs *flag.FlagSet, args []string) error {
 		held = held[len(held)-last:]
 	}
 	for _, rec := range held {
-		print(rec)
+		show(rec)
 	}
 	if !follow {
 		return nil
@@ -89,7 +89,7 @@ func runTail(e *env, fs *flag.FlagSet, args []string) error {
 			return err
 		}
 		for _, rec := range c.Read(0) {
-			print(rec)
+			show(rec)
 		}
 	}
 }
