@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +37,11 @@ type Arena struct {
 	self uint64 // own.Token()
 	seed uint64 // the maps' hash seed, from the header
 
+	// readOnly: opened with ReadOnly. The file is mapped PROT_READ, own
+	// holds no process-table entry (token 0), enter always fails, and no
+	// write, repair or lazy collection is attempted.
+	readOnly bool
+
 	mu sync.Mutex // serialises region carving and Close in this process
 
 	retired *mapping.Retired // the mapping once Close replaced it (under mu)
@@ -63,24 +66,55 @@ const (
 	KindRing RegionKind = 2
 )
 
-// String returns "map" or "ring".
+// MarshalText returns the kind's String, so it reads as "map", "ring" or
+// "schema" in JSON.
+func (k RegionKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// UnmarshalText reads what MarshalText writes; anything else is
+// ErrInvalid.
+func (k *RegionKind) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "map":
+		*k = KindMap
+	case "ring":
+		*k = KindRing
+	case "schema":
+		*k = KindSchema
+	default:
+		return fmt.Errorf("shmarena: region kind %s: %w: want \"map\" or \"ring\"", quote(string(b)), ErrInvalid)
+	}
+	return nil
+}
+
+// String returns "map", "ring" or "schema".
 func (k RegionKind) String() string {
 	switch k {
 	case KindMap:
 		return "map"
 	case KindRing:
 		return "ring"
+	case KindSchema:
+		return "schema"
 	}
 	return fmt.Sprintf("kind(%d)", uint32(k))
 }
 
 // RegionInfo describes one region of an arena. Offset and Length are in
-// bytes from the start of the file.
+// bytes from the start of the file. The rest is the shape the region was
+// made with (the options of Arena.Map or Arena.Ring).
 type RegionInfo struct {
 	Name   string
 	Kind   RegionKind
 	Offset int64
 	Length int64
+	// Slots and SlotSize (bytes, slot header included) of a map or ring.
+	Slots, SlotSize int
+	// Stripes is a map's number of write locks; Typed says it was made by
+	// OpenTypedMap (its values are msgpack encodings).
+	Stripes int  `json:",omitempty"`
+	Typed   bool `json:",omitempty"`
+	// MaxInFlight is a ring's pending-table capacity per group.
+	MaxInFlight int `json:",omitempty"`
 }
 
 // kindOps are what each region kind provides to the arena.
@@ -111,8 +145,14 @@ func Open(path string, opts ...OpenOption) (*Arena, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if path == "" {
+		return nil, fmt.Errorf("shmarena: open: %w: the path is empty; give the arena file's path (OpenMemfd makes an arena without one)", ErrInvalid)
+	}
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+	}
+	if cfg.readOnly {
+		return openReadOnly(path, cfg)
 	}
 	for attempt := 0; ; attempt++ {
 		fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -126,7 +166,7 @@ func Open(path string, opts ...OpenOption) (*Arena, error) {
 		case errors.Is(err, unix.ELOOP):
 			return nil, fmt.Errorf("shmarena: open %s: %w", path, ErrSymlink)
 		case !errors.Is(err, unix.ENOENT):
-			return nil, fmt.Errorf("shmarena: open %s: %w", path, err)
+			return nil, fmt.Errorf("shmarena: open %s: %w", path, openError(path, err))
 		case cfg.size == 0:
 			return nil, fmt.Errorf("shmarena: open %s: no arena there and no WithSize to create one: %w", path, os.ErrNotExist)
 		}
@@ -160,7 +200,7 @@ func create(path string, cfg openConfig) (*Arena, error) {
 		if errors.Is(err, unix.EEXIST) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("shmarena: create %s: %w", path, err)
+		return nil, fmt.Errorf("shmarena: create %s: %w", path, openError(path, err))
 	}
 	f := os.NewFile(uintptr(fd), path)
 	// The creator's mode, set at once: whoever builds the file keeps it.
@@ -207,8 +247,9 @@ func initFile(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	}
 	boot, _ := owner.BootID()
 	layout.WriteHeader(b, cfg.size, boot, newSeed())
+	mem.Store64(b, layout.OffCreated, uint64(time.Now().UnixNano()))
 	mem.Store64(b, layout.OffMagic, layout.Magic)
-	a, err := newArena(f, path, b)
+	a, err := newArena(f, path, b, false)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +274,10 @@ func newSeed() uint64 {
 // file's process table, on an open file description of its own (so that
 // a descriptor this process passes on, or inherited, never keeps this
 // handle's identity alive after it is gone). It unmaps b on failure.
-func newArena(f *os.File, path string, b []byte) (*Arena, error) {
+func newArena(f *os.File, path string, b []byte, readOnly bool) (*Arena, error) {
+	if readOnly {
+		return newReadOnlyArena(f, path, b)
+	}
 	fd, err := owner.Reopen(int(f.Fd()), path)
 	if err != nil {
 		_ = mapping.Unmap(b)
@@ -300,7 +344,11 @@ func attach(f *os.File, path string, cfg openConfig) (*Arena, error) {
 
 func attachLocked(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	fd := int(f.Fd())
-	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+	how := unix.LOCK_EX
+	if cfg.readOnly {
+		how = unix.LOCK_SH // waits out a creator; never blocks another reader
+	}
+	if err := unix.Flock(fd, how); err != nil {
 		return nil, fmt.Errorf("shmarena: open %s: lock: %w", path, err)
 	}
 	defer unix.Flock(fd, unix.LOCK_UN)
@@ -322,7 +370,7 @@ func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
 		return nil, fmt.Errorf("shmarena: open %s: %w: not a regular file", describePath(path), ErrNotArena)
 	}
 	if st.Size == 0 || st.Size < MinSize {
-		if st.Size == 0 && cfg.size != 0 && st.Uid == uint32(os.Geteuid()) {
+		if st.Size == 0 && cfg.size != 0 && !cfg.readOnly && st.Uid == uint32(os.Geteuid()) {
 			// A creator died before reserving: finish its job.
 			return initFile(f, path, cfg)
 		}
@@ -331,11 +379,15 @@ func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
 	if st.Size > int64(^uint(0)>>1) {
 		return nil, fmt.Errorf("shmarena: open %s: %w: %d bytes do not fit this platform's address space", describePath(path), ErrIncompatible, st.Size)
 	}
-	b, err := mapping.Map(fd, int(st.Size))
-	if err != nil {
-		return nil, fmt.Errorf("shmarena: map %s shared read-write: %w", describePath(path), err)
+	mapFile, how := mapping.Map, "read-write"
+	if cfg.readOnly {
+		mapFile, how = mapping.MapReadOnly, "read-only"
 	}
-	if mem.Load64(b, layout.OffMagic) == 0 && cfg.size == st.Size &&
+	b, err := mapFile(fd, int(st.Size))
+	if err != nil {
+		return nil, fmt.Errorf("shmarena: map %s shared %s: %w", describePath(path), how, err)
+	}
+	if mem.Load64(b, layout.OffMagic) == 0 && cfg.size == st.Size && !cfg.readOnly &&
 		st.Uid == uint32(os.Geteuid()) && allZero(b) {
 		_ = mapping.Unmap(b)
 		return initFile(f, path, cfg)
@@ -344,11 +396,11 @@ func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
 		_ = mapping.Unmap(b)
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
 	}
-	a, err := newArena(f, path, b)
+	a, err := newArena(f, path, b, cfg.readOnly)
 	if err != nil {
 		return nil, err
 	}
-	if boot, ok := owner.BootID(); ok && layout.ReadHeader(b).BootID != boot && !a.own.AnyAlive() {
+	if boot, ok := owner.BootID(); ok && !a.readOnly && layout.ReadHeader(b).BootID != boot && !a.own.AnyAlive() {
 		a.resetAfterReboot(boot)
 	}
 	return a, nil
@@ -374,15 +426,15 @@ func validate(b []byte, fileSize, want int64) error {
 	case h.Probe != layout.OrderProbe:
 		return fmt.Errorf("%w: byte-order probe %#x, this machine writes %#x", ErrIncompatible, h.Probe, layout.OrderProbe)
 	case h.Version != layout.Version:
-		return fmt.Errorf("%w: layout version %d, this build reads %d", ErrIncompatible, h.Version, layout.Version)
+		return fmt.Errorf("%w: layout version %d, this build reads %d: open it with the shmarena release that made it, or remove the file to start afresh", ErrIncompatible, h.Version, layout.Version)
 	case h.WordSize != layout.WordSize:
 		return fmt.Errorf("%w: word size %d", ErrIncompatible, h.WordSize)
 	case h.HeaderSize != layout.HeaderSize:
 		return fmt.Errorf("%w: header size %d", ErrIncompatible, h.HeaderSize)
 	case h.TotalSize != fileSize:
-		return fmt.Errorf("%w: header says %d bytes, file is %d", ErrSizeMismatch, h.TotalSize, fileSize)
+		return fmt.Errorf("%w: header says %d bytes, file is %d (truncated or extended by other means): remove the file and create it again", ErrSizeMismatch, h.TotalSize, fileSize)
 	case want != 0 && want != h.TotalSize:
-		return fmt.Errorf("%w: asked for %d bytes, arena is %d", ErrSizeMismatch, want, h.TotalSize)
+		return fmt.Errorf("%w: asked for %d bytes, the file holds an arena of %d; an arena's size is fixed when it is created: remove the file to change it, or pass WithSize(0) to attach at any size", ErrSizeMismatch, want, h.TotalSize)
 	case h.DirCap != layout.DirEntries || h.RegionCount > h.DirCap:
 		return fmt.Errorf("%w: directory of %d entries with %d in use", ErrCorrupt, h.DirCap, h.RegionCount)
 	case h.NextFree < layout.HeaderSize || h.NextFree > h.TotalSize || h.NextFree%layout.RegionAlign != 0:
@@ -446,67 +498,6 @@ func (a *Arena) resetAfterReboot(boot [16]byte) {
 	layout.SetBootID(a.mem, boot)
 }
 
-// Processes returns the pids of the processes with a handle attached to the
-// arena, this one included, each once. Liveness is the kernel's word (see
-// "Processes and crashes" in the package documentation); the pid is as the
-// attaching process saw itself, so a process in another PID namespace
-// shows its pid there, and two such processes may show the same one.
-// ErrClosed after Close.
-func (a *Arena) Processes() ([]int, error) {
-	if a.closed.Load() {
-		return nil, ErrClosed
-	}
-	var pids []int
-	for _, e := range a.own.List() {
-		if e.Alive && !slices.Contains(pids, e.Pid) {
-			pids = append(pids, e.Pid)
-		}
-	}
-	runtime.KeepAlive(a)
-	return pids, nil
-}
-
-// Size returns the arena's total size in bytes, or 0 after Close.
-func (a *Arena) Size() int64 {
-	if a.closed.Load() {
-		return 0
-	}
-	return int64(len(a.mem))
-}
-
-// Sync flushes the mapping to the file's storage (msync MS_SYNC). Other
-// processes see writes at once without it; it only matters for
-// durability of a file on disk across a machine crash.
-func (a *Arena) Sync() error {
-	if a.closed.Load() {
-		return ErrClosed
-	}
-	defer runtime.KeepAlive(a)
-	if err := unix.Msync(a.mem, unix.MS_SYNC); err != nil {
-		return fmt.Errorf("shmarena: sync %s: %w", a.path, err)
-	}
-	return nil
-}
-
-// Regions lists the arena's regions in directory order, or nil after
-// Close.
-func (a *Arena) Regions() []RegionInfo {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.closed.Load() {
-		return nil
-	}
-	var out []RegionInfo
-	for i := 0; i < layout.DirEntries; i++ {
-		if mem.Load32(a.mem, layout.OffDir+i*layout.EntrySize) != layout.EntryReady {
-			continue
-		}
-		e := layout.ReadEntry(a.mem, i)
-		out = append(out, RegionInfo{Name: e.Name, Kind: RegionKind(e.Kind), Offset: e.Offset, Length: e.Length})
-	}
-	return out
-}
-
 // regionSpec asks for a region.
 type regionSpec struct {
 	name   string
@@ -528,6 +519,9 @@ func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 	defer a.mu.Unlock()
 	if a.closed.Load() {
 		return layout.Entry{}, ErrClosed
+	}
+	if a.readOnly {
+		return a.lookupRegion(spec)
 	}
 	// The handle's own description, never a.f's: a.f's may be shared with
 	// a child (File, ExtraFiles), and a flock belongs to the description,

@@ -24,6 +24,9 @@ func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
 	if cfg.size == 0 {
 		return nil, fmt.Errorf("shmarena: memfd %s: %w: WithSize is required", quote(name), ErrInvalid)
 	}
+	if cfg.readOnly {
+		return nil, fmt.Errorf("shmarena: memfd %s: %w: ReadOnly cannot create an arena; pass ReadOnly to OpenFile in the processes that only read it", quote(name), ErrInvalid)
+	}
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("shmarena: memfd %s: %w", quote(name), err)
 	}
@@ -64,7 +67,7 @@ func describePath(path string) string {
 // OpenFile attaches to an arena through an open file, such as one a parent
 // passed in exec.Cmd.ExtraFiles (in the child, os.NewFile(3, "arena")).
 // The file must be open for reading and writing (the arena maps it shared,
-// read-write). The arena does not use f's open file description, which
+// read-write), or for reading with ReadOnly. The arena does not use f's open file description, which
 // f's other holders share: it opens a description of its own through
 // /proc/self/fd (so OpenFile needs /proc mounted, and fails with an error
 // saying so otherwise), because file locks and the handle's liveness
@@ -84,7 +87,11 @@ func OpenFile(f *os.File, opts ...OpenOption) (*Arena, error) {
 	// A description of our own, not a duplicate: flock and OFD locks belong
 	// to the description, so sharing the parent's would let this handle's
 	// file lock and identity stand in for the parent's.
-	fd, err := owner.Reopen(int(f.Fd()), "")
+	mode := unix.O_RDWR
+	if cfg.readOnly {
+		mode = unix.O_RDONLY
+	}
+	fd, err := owner.ReopenMode(int(f.Fd()), "", mode)
 	if err != nil {
 		return nil, fmt.Errorf("shmarena: open %s: %w", f.Name(), reopenError(err))
 	}

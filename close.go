@@ -11,10 +11,14 @@ import (
 const inflightShards = 16
 
 // enter counts an operation in flight in shard i, or returns false after
-// Close. The count goes up before closed is checked and Close sets closed
+// Close, and always on a read-only handle (every lock taken in the file,
+// and so every repair and lazy collection, starts here). The count goes up before closed is checked and Close sets closed
 // before it reads the counts, so either the operation sees closed or Close
 // sees the count.
 func (a *Arena) enter(i uint64) bool {
+	if a.readOnly {
+		return false // takes no lock, repairs nothing: see ReadOnly
+	}
 	c := &a.inflight[i%inflightShards].n
 	c.Add(1)
 	if a.closed.Load() {
@@ -69,7 +73,9 @@ func (a *Arena) Close() error {
 		return ErrClosed
 	}
 	a.own.Abandon() // writes waiting for a lock give up (ErrClosed)
-	wakeAllOnClose(a.mem)
+	if !a.readOnly {
+		wakeAllOnClose(a.mem) // a read-only handle never sleeps on a futex word
+	}
 	if !a.awaitInflight() {
 		go a.finishWhenDrained()
 		return nil

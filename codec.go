@@ -33,8 +33,10 @@ import (
 // lacks are ignored, so a struct may gain fields while old values are still
 // stored. A time.Time comes back as the same instant in time.Local, without
 // its monotonic reading; compare times with Equal. Unexported struct fields
-// are not stored. A value whose bytes do not decode as V (written through
-// the byte view, or damaged) is reported as ErrCorrupt, never as a zero V.
+// are not stored. A value whose bytes are not well-formed msgpack (damaged)
+// is reported as ErrCorrupt, and well-formed msgpack that does not decode
+// as V (written through the byte view) as ErrTypeMismatch naming V, never
+// as a zero V.
 //
 // Whether a map holds encoded values is part of its shape: opening with
 // OpenTypedMap a region created with Arena.Map, or the reverse, fails with
@@ -53,15 +55,29 @@ type TypedMap[V any] struct {
 // with the given shape if the arena has no region of that name. Options and
 // defaults are Arena.Map's; MaxPair (slot size minus 32 bytes) bounds
 // len(key) plus the length of a value's encoding. Every process must open
-// it with the same shape and as a typed map; it should use the same V (the
-// encoding does not record the Go type). Errors: ErrInvalid for an option
-// out of range or a bad name, ErrShape (naming the field, "encoded flag"
-// when the region is a byte map) when the region exists with another shape
-// or kind, ErrArenaFull when there is no room, ErrClosed after Close. Safe
-// for concurrent use; carving is serialised across processes.
+// it with the same shape and as a typed map, with the same V: the first
+// opener records V's fingerprint (its type name without package path, and
+// each encoded field's name and type) in a 4 KiB region of kind
+// KindSchema, and an opener whose V differs gets ErrShape naming the
+// fields that differ, unless it passes WithSchemaChange (which records the
+// new V). A map made before fingerprints were recorded, or in an arena
+// without room left for the record, is not checked. Errors: ErrInvalid for
+// an option out of range or a bad name, ErrShape (naming the field,
+// "encoded flag" when the region is a byte map) when the region exists
+// with another shape or kind or V differs, ErrArenaFull when there is no
+// room, ErrReadOnly when a read-only handle would have to create it or
+// record a changed V, ErrClosed after Close. Safe for concurrent use;
+// carving is serialised across processes.
 func OpenTypedMap[V any](a *Arena, name string, opts ...RegionOption) (*TypedMap[V], error) {
 	m, err := a.openMap(name, true, opts)
 	if err != nil {
+		return nil, err
+	}
+	var cfg regionConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := a.checkSchema(name, describeType(reflect.TypeFor[V]()), cfg.schemaChange); err != nil {
 		return nil, err
 	}
 	return &TypedMap[V]{m: m, canon: mayHoldUnsortedMap(reflect.TypeFor[V](), map[reflect.Type]bool{})}, nil
@@ -98,7 +114,8 @@ func (t *TypedMap[V]) Store(key string, value V, opts ...WriteOption) error {
 // Load returns a freshly decoded copy of key's value and true, or the zero
 // V and false when the key is absent, lapsed, busy (see Stats.Busy) or the
 // arena is closed. It returns an error wrapping ErrCorrupt, with false,
-// when the stored bytes do not decode as V. Lock-free, as Map.Load.
+// when the stored bytes are not well-formed msgpack, and ErrTypeMismatch
+// when they do not decode as V. Lock-free, as Map.Load.
 func (t *TypedMap[V]) Load(key string) (value V, ok bool, err error) {
 	bp := getBuf()
 	defer putBuf(bp)
@@ -253,6 +270,9 @@ func (t *TypedMap[V]) All() iter.Seq2[string, V] {
 // or a panic, leaves the slot unchanged; the lock is released either way.
 // Without WithTTL in c the entry keeps its deadline.
 func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]byte, bool, error)) (err error) {
+	if err := m.refuse("update"); err != nil {
+		return err
+	}
 	if err := m.check(key, 0); err != nil {
 		return err
 	}
@@ -393,8 +413,8 @@ func (t *TypedMap[V]) decode(key string, b []byte, v *V) (err error) {
 	if err := msgpackValid(b); err != nil {
 		return fmt.Errorf("shmarena: map %s: key %s: %w: %v", quote(t.m.name), quote(key), ErrCorrupt, err)
 	}
-	if err := st.dec.Decode(v); err != nil {
-		return fmt.Errorf("shmarena: map %s: key %s: %w: %v", quote(t.m.name), quote(key), ErrCorrupt, err)
+	if err := st.dec.Decode(v); err != nil { // well-formed msgpack, of another type
+		return fmt.Errorf("shmarena: map %s: key %s: %w: the stored value does not decode as %s: %v", quote(t.m.name), quote(key), ErrTypeMismatch, reflect.TypeFor[V](), err)
 	}
 	if n := st.r.Len(); n != 0 {
 		return fmt.Errorf("shmarena: map %s: key %s: %w: %d bytes after the value", quote(t.m.name), quote(key), ErrCorrupt, n)

@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -336,8 +337,10 @@ func TestTypedMapShape(t *testing.T) {
 	require.ErrorIs(t, err, ErrShape)
 	require.ErrorContains(t, err, "encoded flag")
 
-	// The same region opened typed again, even with another V, is allowed.
+	// Another V is refused (see typed_schema_test.go), unless deliberate.
 	_, err = OpenTypedMap[int](a, "typed", WithSlots(16))
+	require.ErrorIs(t, err, ErrShape)
+	_, err = OpenTypedMap[int](a, "typed", WithSlots(16), WithSchemaChange())
 	require.NoError(t, err)
 }
 
@@ -407,18 +410,22 @@ func TestTypedMapCorrupt(t *testing.T) {
 		require.NoError(t, m.Bytes().Store(k, b))
 	}
 	for k := range garbage {
+		want := ErrCorrupt
+		if k == "wrong-type" {
+			want = ErrTypeMismatch // well-formed msgpack of another type
+		}
 		v, ok, err := m.Load(k)
-		require.ErrorIs(t, err, ErrCorrupt, k)
+		require.ErrorIs(t, err, want, k)
 		require.ErrorContains(t, err, k)
 		require.False(t, ok, k)
 		require.Zero(t, v, k)
 
 		_, _, err = m.LoadOrStore(k, Route{"x", 1})
-		require.ErrorIs(t, err, ErrCorrupt, k)
+		require.ErrorIs(t, err, want, k)
 
 		called := false
 		_, err = m.Update(k, func(old Route, ok bool) (Route, bool) { called = true; return old, true })
-		require.ErrorIs(t, err, ErrCorrupt, k)
+		require.ErrorIs(t, err, want, k)
 		require.False(t, called, "fn is not called on a corrupt value")
 		b, _ := m.Bytes().Load(k)
 		require.Equal(t, garbage[k], b, "nothing changed")
@@ -606,7 +613,7 @@ func FuzzTypedMapDecode(f *testing.F) {
 		}
 		require.NoError(t, rich.Bytes().Store("k", data))
 		if _, ok, err := rich.Load("k"); err != nil {
-			require.ErrorIs(t, err, ErrCorrupt)
+			require.True(t, errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTypeMismatch), err)
 			require.False(t, ok)
 		}
 		require.NoError(t, anyMap.Bytes().Store("k", data))

@@ -53,6 +53,19 @@
 // region field before use. Data read from the file never makes a method
 // panic: a corrupt field is ErrCorrupt, a miss, or a skipped entry.
 //
+// # Operating an arena
+//
+// Open(path, ReadOnly()) attaches a handle that reads and never writes
+// (the file is mapped read-only), for inspectors and monitoring. Arena.Info
+// describes the file, its regions and attached processes; Arena.Stats
+// returns every region's counters in one JSON-ready value (for expvar);
+// Ring.Groups every group's without joining; Arena.Check validates every
+// region against its invariants; Arena.Locks lists held locks and
+// Arena.RecoverLocks takes over dead owners'. The shmarena command
+// (cmd/shmarena) does all this from a shell, and the module
+// github.com/shmarena/shmarena/prometheus exports the counters to
+// Prometheus.
+//
 // # Semantics borrowed from elsewhere
 //
 // Map's verbs and their meaning follow sync.Map (Load, Store, LoadOrStore,

@@ -81,6 +81,12 @@ var (
 	// that holds msgpack-encoded values.
 	ErrEncoded = errors.New("map holds encoded values")
 
+	// ErrTypeMismatch means a typed map's stored value is well-formed
+	// msgpack that does not decode as the map's Go type (it was written
+	// through the byte view, or by a process using another type); the
+	// message names the type.
+	ErrTypeMismatch = errors.New("value type mismatch")
+
 	// ErrEncode means a value could not be encoded with msgpack.
 	ErrEncode = errors.New("cannot encode value")
 
@@ -103,6 +109,15 @@ var (
 	// handle's descriptors were closed behind its back: it is a second line
 	// of defence, and worth reporting.
 	ErrLockLost = errors.New("lock was taken over by another process")
+
+	// ErrReadOnly means a write (or the creation of a region) was asked of
+	// an arena opened with ReadOnly. Nothing was changed; open the arena
+	// without ReadOnly to write.
+	ErrReadOnly = errors.New("arena is open read-only")
+
+	// ErrNoRegion means Arena.LookupMap or Arena.LookupRing found no region
+	// of the name (and kind) asked for.
+	ErrNoRegion = errors.New("no such region")
 
 	// ErrInvalid means an option or argument is out of range.
 	ErrInvalid = errors.New("invalid argument")

@@ -49,6 +49,7 @@ func FuzzAttach(f *testing.F) {
 		}
 		defer a.Close()
 		a.Regions()
+		inspect(a)
 		m, err := a.Map("m", WithSlots(16), WithSlotSize(64), WithStripes(2))
 		if err != nil {
 			return
@@ -112,7 +113,9 @@ func FuzzLiveCorruption(f *testing.F) {
 			}
 			region[o] = c
 		}
+		inspect(b) // on damage Open never validated
 		exercise(m)
+		inspect(a)
 	})
 }
 

@@ -162,6 +162,9 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
 	if r.closed() {
 		return nil, ErrClosed
 	}
+	if err := r.refuse("group " + quote(name)); err != nil {
+		return nil, err
+	}
 	var cfg readerConfig
 	for _, o := range opts {
 		o(&cfg)

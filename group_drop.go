@@ -34,6 +34,9 @@ func (r *Ring) DropGroup(name string) error {
 	if r.closed() {
 		return ErrClosed
 	}
+	if err := r.refuse("drop group " + quote(name)); err != nil {
+		return err
+	}
 	b := r.b
 	if !r.a.enter(0) {
 		return ErrClosed

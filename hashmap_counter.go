@@ -23,6 +23,9 @@ import (
 // takes the key's stripe lock. An Add racing with Close either takes
 // effect in the file or returns ErrClosed.
 func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err error) {
+	if err := m.refuse("add"); err != nil {
+		return 0, err
+	}
 	if err := m.check(key, 8); err != nil {
 		return 0, err
 	}

@@ -19,6 +19,9 @@ import (
 // ErrClosed; ErrLockLost (see there). A refused write changes nothing. The
 // value is copied.
 func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
+	if err := m.refuse("store"); err != nil {
+		return err
+	}
 	if err := m.check(key, len(value)); err != nil {
 		return err
 	}
@@ -90,6 +93,9 @@ func (m *Map) Exists(key string) bool {
 // Delete removes key and reports whether it was present (a lapsed entry is
 // collected but reports false). False after Close.
 func (m *Map) Delete(key string) bool {
+	if m.a.readOnly {
+		return false
+	}
 	_, ok := m.loadAndDelete(key, false)
 	return ok
 }
@@ -97,6 +103,9 @@ func (m *Map) Delete(key string) bool {
 // LoadAndDelete removes key and returns the value it had, as sync.Map's
 // LoadAndDelete does.
 func (m *Map) LoadAndDelete(key string) (value []byte, loaded bool) {
+	if m.a.readOnly {
+		return nil, false
+	}
 	return m.loadAndDelete(key, true)
 }
 
@@ -134,6 +143,9 @@ func (m *Map) loadAndDelete(key string, load bool) (value []byte, loaded bool) {
 // else stores value with opts and returns it (loaded false), as sync.Map's
 // LoadOrStore does. Errors as for Store; on error nothing changes.
 func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual []byte, loaded bool, err error) {
+	if err := m.refuse("load or store"); err != nil {
+		return nil, false, err
+	}
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
@@ -156,6 +168,9 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 // Swap stores value for key and returns the previous value, if any, as
 // sync.Map's Swap does. Options and errors as for Store.
 func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []byte, loaded bool, err error) {
+	if err := m.refuse("swap"); err != nil {
+		return nil, false, err
+	}
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
@@ -177,6 +192,9 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 // and stops being a counter when swapped. Errors: ErrTooLarge for new,
 // ErrEmptyKey, ErrClosed, ErrLockLost.
 func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err error) {
+	if err := m.refuse("compare and swap"); err != nil {
+		return false, err
+	}
 	if err := m.check(key, len(new)); err != nil {
 		return false, err
 	}
@@ -210,6 +228,9 @@ var brokenCompareAndSwap func(m *Map, key string, old, new []byte) (bool, error)
 // CompareAndDelete deletes key if its value equals old and reports
 // whether it did. False after Close.
 func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
+	if m.a.readOnly {
+		return false
+	}
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
@@ -286,6 +307,9 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 // Redis PERSIST does) and reports whether the key was present. A lapsed
 // entry is collected (counted in Stats.Expired) and reports false.
 func (m *Map) Expire(key string, ttl time.Duration) bool {
+	if m.a.readOnly {
+		return false
+	}
 	if key == "" || m.a.closed.Load() {
 		return false
 	}

@@ -157,7 +157,11 @@ func (m *Map) tag(i uint64) byte { return mem.LoadByte(m.mem, m.tagBase+int(i)) 
 
 func (m *Map) lockOff(s uint64) int { return m.base + mapHeader + int(s)*stripeStride }
 
-func (m *Map) stat(field int) { mem.Add64(m.mem, m.base+field, 1) }
+func (m *Map) stat(field int) {
+	if !m.a.readOnly { // a read-only handle counts nothing (see ReadOnly)
+		mem.Add64(m.mem, m.base+field, 1)
+	}
+}
 
 func metaOf(state, flags uint64, klen, vlen int) uint64 {
 	return state | flags<<8 | uint64(klen)<<16 | uint64(vlen)<<32

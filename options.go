@@ -9,8 +9,9 @@ import (
 type OpenOption func(*openConfig)
 
 type openConfig struct {
-	size int64
-	mode fs.FileMode
+	size     int64
+	mode     fs.FileMode
+	readOnly bool
 }
 
 // WithSize sets the arena's total size in bytes. It is required to create
@@ -32,6 +33,7 @@ type regionConfig struct {
 	evict                    bool
 	inFlight                 int64
 	inFlightSet              bool
+	schemaChange             bool // OpenTypedMap: see WithSchemaChange
 }
 
 // WithSlots sets the number of slots: entries of a map, records of a ring.

@@ -414,6 +414,9 @@ func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
 	if r.closed() {
 		return 0, ErrClosed
 	}
+	if err := r.refuse("publish"); err != nil {
+		return 0, err
+	}
 	b := r.b
 	if len(topic) > r.maxBody || len(payload) > r.maxBody-len(topic) {
 		mem.Add64(b, r.off+rl.OffOversize, 1)

@@ -190,6 +190,9 @@ func (r *Ring) roomFreed() {
 // ErrClosed when the arena closes. Safe for concurrent use by goroutines
 // and processes; waiting producers publish in no particular order.
 func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (uint64, error) {
+	if err := r.refuse("publish"); err != nil {
+		return 0, err
+	}
 	waited := false
 	q := *r
 	q.quiet = true

@@ -79,6 +79,7 @@ func FuzzRingCorrupt(f *testing.F) {
 		}
 		mem.Write(r.b, r.off+off, data)
 
+		inspect(a) // on damage Open never validated
 		exerciseRing(r, c, g, all)
 		if err := a.Close(); err != nil {
 			t.Fatal(err)

@@ -124,6 +124,9 @@ func (r *Ring) wait(ctx context.Context, avail func() bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if r.a.readOnly {
+		return r.poll(ctx, avail)
+	}
 	// Poll a little before sleeping: a producer that is publishing now
 	// usually commits within microseconds, and catching that record awake
 	// saves both sides a futex system call (the publisher wakes only
@@ -170,3 +173,31 @@ func (r *Ring) wait(ctx context.Context, avail func() bool) error {
 // sleepers returns the number of announced sleepers (for tests and
 // benchmarks).
 func (r *Ring) sleepers() uint32 { return mem.Load32(r.b, r.off+rl.OffSleepers) }
+
+// A read-only handle's Wait looks again after readOnlyPoll, backing off
+// to readOnlyPollMax while nothing comes: it may not write the futex word
+// a sleeper must arm.
+const (
+	readOnlyPoll    = time.Millisecond
+	readOnlyPollMax = 20 * time.Millisecond
+)
+
+// poll is wait for a read-only handle.
+func (r *Ring) poll(ctx context.Context, avail func() bool) error {
+	t := time.NewTimer(readOnlyPoll)
+	defer t.Stop()
+	for d := readOnlyPoll; ; d = min(2*d, readOnlyPollMax) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		switch {
+		case r.closed():
+			return ErrClosed
+		case avail():
+			return nil
+		}
+		t.Reset(d)
+	}
+}

@@ -14,6 +14,8 @@
 //	52      4     directory capacity
 //	56      8     next free offset (bump allocator for regions)
 //	64      8     hash seed, chosen at random when the file is created
+//	72      8     when the file was created, Unix nanoseconds (0: unknown, a
+//	              file made before this field was written)
 //	2048    8192  directory: 64 entries of 128 bytes
 //	10240   6144  process table: 256 entries of 24 bytes (see internal/owner)
 //	16384         first region
@@ -54,6 +56,7 @@ const (
 	OffDirCap      = 52
 	OffNextFree    = 56
 	OffSeed        = 64
+	OffCreated     = 72
 
 	OffProcTable  = 10240
 	ProcSlots     = 256

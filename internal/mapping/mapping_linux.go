@@ -19,6 +19,13 @@ func Map(fd int, size int) ([]byte, error) {
 	return unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
+// MapReadOnly maps size bytes of fd read-only and shared: a write through
+// the mapping faults, so a handle built on it provably never changes the
+// file. fd may be open read-only.
+func MapReadOnly(fd int, size int) ([]byte, error) {
+	return unix.Mmap(fd, 0, size, unix.PROT_READ, unix.MAP_SHARED)
+}
+
 // Unmap releases a mapping outright. Only safe when nothing can touch it.
 func Unmap(b []byte) error { return unix.Munmap(b) }
 

@@ -108,10 +108,20 @@ func Register(b []byte, fd int, pid int, now int64) (*Handle, error) {
 	return nil, fmt.Errorf("%w (%d entries): close arenas this host no longer uses", ErrTableFull, Entries)
 }
 
+// Observe returns a Handle that takes no entry of the table in b and
+// writes nothing: it only asks, through fd (a description of the caller's
+// own, which the Handle owns and closes in Close; it may be open
+// read-only), whether other handles are alive. Its token is 0, which no
+// lock word holds, so it can own no lock and has none to release: a
+// read-only arena handle uses it.
+func Observe(b []byte, fd int) *Handle {
+	return &Handle{b: b, fd: fd, index: -1}
+}
+
 // Token returns the handle's token, the value its lock words hold.
 func (h *Handle) Token() uint64 { return h.tok }
 
-// Index returns the handle's entry in the table.
+// Index returns the handle's entry in the table, -1 for an observer.
 func (h *Handle) Index() int { return h.index }
 
 // Fd returns the handle's own description, for a file lock that must die
@@ -130,7 +140,7 @@ func (h *Handle) Abandoned() bool { return h.abandoned.Load() }
 // the kernel counts as alive, so a lock is never taken from a handle that
 // may be running. The handle's own token is always alive.
 func (h *Handle) Alive(tok uint64) bool {
-	if tok == h.tok {
+	if tok == h.tok && tok != 0 {
 		return true
 	}
 	i, gen := Split(tok)
@@ -196,6 +206,22 @@ func (h *Handle) List() []Info {
 	return out
 }
 
+// Pid returns the pid recorded by the handle that tok names, or 0 when
+// its entry has been taken again since (or tok names no entry). The pid
+// is for people only (see Info).
+func (h *Handle) Pid(tok uint64) int {
+	i, gen := Split(tok)
+	if i < 0 {
+		return 0
+	}
+	off := layout.ProcSlotOff(i)
+	pid := int(mem.Load32(h.b, off+ePid))
+	if mem.Load64(h.b, off+eGen) != gen {
+		return 0
+	}
+	return pid
+}
+
 // AnyAlive reports whether a handle other than h holds an entry: false
 // proves that no other process is attached (every entry's lock is free).
 func (h *Handle) AnyAlive() bool {
@@ -226,20 +252,24 @@ func byteLock(off int, typ int16) unix.Flock_t {
 // It reopens /proc/self/fd/<fd> where /proc is mounted, else path when it
 // is not empty (O_NOFOLLOW), and checks that the result is the same file
 // (device and inode): a path replaced meanwhile is an error.
-func Reopen(fd int, path string) (int, error) {
+func Reopen(fd int, path string) (int, error) { return ReopenMode(fd, path, unix.O_RDWR) }
+
+// ReopenMode is Reopen with the access mode given: unix.O_RDWR or
+// unix.O_RDONLY (for a handle that only reads).
+func ReopenMode(fd int, path string, mode int) (int, error) {
 	var want unix.Stat_t
 	if err := unix.Fstat(fd, &want); err != nil {
 		return -1, err
 	}
 	self := procSelfFd + strconv.Itoa(fd)
 	// Not O_NOFOLLOW here: the magic link is the file itself.
-	nfd, err := unix.Open(self, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	nfd, err := unix.Open(self, mode|unix.O_CLOEXEC, 0)
 	if err == nil {
 		return sameFile(nfd, want, self)
 	}
 	errs := []error{fmt.Errorf("%s: %w", self, err)}
 	if path != "" {
-		nfd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		nfd, err := unix.Open(path, mode|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if err == nil {
 			return sameFile(nfd, want, path)
 		}

@@ -1,0 +1,205 @@
+// Package prometheus exports a shmarena arena's shared counters to
+// Prometheus, in a module of its own so that the core keeps its four
+// dependencies:
+//
+//	c := prometheus.NewCollector(arena)       // this package
+//	registry.MustRegister(c)                  // client_golang's
+//
+// The collector reads the counters at scrape time (Arena.Stats), the
+// pattern of client_golang's collectors.NewDBStatsCollector: nothing runs
+// between scrapes. Open the arena ReadOnly in a sidecar that only exports,
+// or pass the handle a worker already has.
+//
+// Every figure is file-wide: each process attached to the arena sees, and
+// so exports, the same numbers. When several workers of one arena are
+// scraped, aggregate with max (or pick one instance), never sum:
+//
+//	max by (region) (rate(shmarena_map_expired_total[5m]))
+//
+// Metrics (region and, for groups, group labels; counters end in _total):
+//
+//	shmarena_size_bytes, shmarena_used_bytes, shmarena_processes      gauges
+//	shmarena_map_<field>                  a MapStats field: ints are gauges
+//	                                      (used, capacity, ...), uint64s are
+//	                                      counters (busy_total, full_total,
+//	                                      expired_total, recoveries_total, ...)
+//	shmarena_map_longest_probe_slots      gauge
+//	shmarena_ring_<field>                 a RingStats field, the same way
+//	                                      (published_total, slots, ...)
+//	shmarena_group_position, _lag, _pending, _floor, _oldest_pending_seconds  gauges
+//	shmarena_group_delivered_total, _lapped_total, _skipped_total,
+//	_abandoned_total, _redelivered_total, _dead_lettered_total             counters
+package prometheus
+
+import (
+	"reflect"
+	"strings"
+	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/shmarena/shmarena"
+)
+
+// A Collector is a prometheus.Collector of one arena's statistics. It is
+// safe for concurrent use (Prometheus may scrape it from several
+// goroutines); each Collect reads the counters once.
+type Collector struct {
+	a *shmarena.Arena
+
+	size, used, procs *prometheus.Desc
+	probe             *prometheus.Desc
+	mapFields         []field
+	ringFields        []field
+	groups            []groupMetric
+	errors            *prometheus.Desc
+}
+
+// field is one numeric field of a Stats struct and its metric.
+type field struct {
+	index int
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+}
+
+type groupMetric struct {
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+	value func(g shmarena.GroupStats) float64
+}
+
+// NewCollector returns a collector of a's statistics (every region's,
+// every ring's groups included). It only reads, so a may be ReadOnly.
+// After a's Close a scrape reports shmarena_scrape_errors 1 and nothing
+// else.
+func NewCollector(a *shmarena.Arena) *Collector {
+	c := &Collector{
+		a:      a,
+		size:   prometheus.NewDesc("shmarena_size_bytes", "The arena file's size.", nil, nil),
+		used:   prometheus.NewDesc("shmarena_used_bytes", "Bytes carved into regions, the header included.", nil, nil),
+		procs:  prometheus.NewDesc("shmarena_processes", "Handles attached to the arena (read-only ones not counted).", nil, nil),
+		probe:  prometheus.NewDesc("shmarena_map_longest_probe_slots", "Longest distance any insert went from a key's home slot.", []string{"region"}, nil),
+		errors: prometheus.NewDesc("shmarena_scrape_errors", "1 when the last scrape could not read every region (a closed arena, a damaged ring).", nil, nil),
+	}
+	c.mapFields = fields("shmarena_map_", reflect.TypeFor[shmarena.MapStats](), []string{"region"})
+	c.ringFields = fields("shmarena_ring_", reflect.TypeFor[shmarena.RingStats](), []string{"region"})
+	lbl := []string{"region", "group", "topic"}
+	gauge := func(name, help string, f func(g shmarena.GroupStats) float64) groupMetric {
+		return groupMetric{prometheus.NewDesc("shmarena_group_"+name, help, lbl, nil), prometheus.GaugeValue, f}
+	}
+	counter := func(name, help string, f func(g shmarena.GroupStats) uint64) groupMetric {
+		return groupMetric{prometheus.NewDesc("shmarena_group_"+name+"_total", help, lbl, nil), prometheus.CounterValue,
+			func(g shmarena.GroupStats) float64 { return float64(f(g)) }}
+	}
+	c.groups = []groupMetric{
+		gauge("position", "The sequence number the group looks at next.", func(g shmarena.GroupStats) float64 { return float64(g.Position) }),
+		gauge("lag", "Records the group has not looked at yet.", func(g shmarena.GroupStats) float64 { return float64(g.Lag) }),
+		gauge("pending", "Records delivered and not finished (acking groups).", func(g shmarena.GroupStats) float64 { return float64(g.Pending) }),
+		gauge("floor", "The oldest record not finished (acking groups).", func(g shmarena.GroupStats) float64 { return float64(g.Floor) }),
+		gauge("oldest_pending_seconds", "Age of the oldest pending record's first delivery.", func(g shmarena.GroupStats) float64 { return g.OldestPending.Seconds() }),
+		counter("delivered", "Records claimed by any member (first deliveries).", func(g shmarena.GroupStats) uint64 { return g.Delivered }),
+		counter("lapped", "Records overwritten before any member claimed them.", func(g shmarena.GroupStats) uint64 { return g.Lapped }),
+		counter("skipped", "Records of other topics a bound group stepped over.", func(g shmarena.GroupStats) uint64 { return g.Skipped }),
+		counter("abandoned", "Holes and damaged slots the group stepped over.", func(g shmarena.GroupStats) uint64 { return g.Abandoned }),
+		counter("redelivered", "Deliveries after the first.", func(g shmarena.GroupStats) uint64 { return g.Redelivered }),
+		counter("dead_lettered", "Records given up after the maximum deliveries.", func(g shmarena.GroupStats) uint64 { return g.DeadLettered }),
+	}
+	return c
+}
+
+// fields makes a metric of every integer field of a Stats struct: signed
+// ones are gauges, unsigned ones counters (the convention of MapStats and
+// RingStats), so a field a later version adds is exported too.
+func fields(prefix string, t reflect.Type, labels []string) []field {
+	var out []field
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name := prefix + snake(f.Name)
+		var typ prometheus.ValueType
+		switch f.Type.Kind() {
+		case reflect.Int, reflect.Int64, reflect.Int32:
+			typ = prometheus.GaugeValue
+			if strings.HasSuffix(name, "_size") {
+				name += "_bytes"
+			}
+		case reflect.Uint, reflect.Uint64, reflect.Uint32:
+			typ = prometheus.CounterValue
+			name += "_total"
+		default:
+			continue
+		}
+		help := "MapStats." + f.Name + " (see the shmarena package documentation)."
+		if strings.HasPrefix(prefix, "shmarena_ring_") {
+			help = "RingStats." + f.Name + " (see the shmarena package documentation)."
+		}
+		out = append(out, field{index: i, typ: typ, desc: prometheus.NewDesc(name, help, labels, nil)})
+	}
+	return out
+}
+
+// snake turns "SlotSize" into "slot_size".
+func snake(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && unicode.IsUpper(r) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// Describe sends every metric's description.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.size, c.used, c.procs, c.probe, c.errors} {
+		ch <- d
+	}
+	for _, f := range append(append([]field(nil), c.mapFields...), c.ringFields...) {
+		ch <- f.desc
+	}
+	for _, g := range c.groups {
+		ch <- g.desc
+	}
+}
+
+// Collect reads the arena's statistics once and sends them.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st, err := c.a.Stats()
+	failed := 0.0
+	if err != nil {
+		failed = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, failed)
+	if err != nil && len(st.Regions) == 0 {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.size, prometheus.GaugeValue, float64(st.Size))
+	ch <- prometheus.MustNewConstMetric(c.used, prometheus.GaugeValue, float64(st.Used))
+	ch <- prometheus.MustNewConstMetric(c.procs, prometheus.GaugeValue, float64(st.Processes))
+	for _, r := range st.Regions {
+		switch {
+		case r.Map != nil:
+			emit(ch, c.mapFields, reflect.ValueOf(*r.Map), r.Name)
+			ch <- prometheus.MustNewConstMetric(c.probe, prometheus.GaugeValue, float64(r.LongestProbe), r.Name)
+		case r.Ring != nil:
+			emit(ch, c.ringFields, reflect.ValueOf(*r.Ring), r.Name)
+			for _, g := range r.Groups {
+				for _, m := range c.groups {
+					ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(g), r.Name, g.Name, g.Topic)
+				}
+			}
+		}
+	}
+}
+
+func emit(ch chan<- prometheus.Metric, fs []field, v reflect.Value, region string) {
+	for _, f := range fs {
+		fv := v.Field(f.index)
+		var x float64
+		if fv.CanInt() {
+			x = float64(fv.Int())
+		} else {
+			x = float64(fv.Uint())
+		}
+		ch <- prometheus.MustNewConstMetric(f.desc, f.typ, x, region)
+	}
+}

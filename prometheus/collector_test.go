@@ -1,0 +1,124 @@
+package prometheus
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/shmarena/shmarena"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// live opens a writable arena with a map and a ring with an acking group,
+// and a read-only handle on it for the collector.
+func live(t *testing.T) (w, ro *shmarena.Arena, m *shmarena.Map, r *shmarena.Ring, g *shmarena.Group) {
+	path := filepath.Join(t.TempDir(), "arena")
+	w, err := shmarena.Open(path, shmarena.WithSize(1<<20))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	m, err = w.Map("cache", shmarena.WithSlots(64), shmarena.WithStripes(2))
+	require.NoError(t, err)
+	r, err = w.Ring("jobs", shmarena.WithSlots(16), shmarena.WithSlotSize(64), shmarena.WithMaxInFlight(4))
+	require.NoError(t, err)
+	g, err = r.Group("workers", shmarena.WithAck(time.Minute), shmarena.WithTopic("job"))
+	require.NoError(t, err)
+	ro, err = shmarena.Open(path, shmarena.ReadOnly())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ro.Close() })
+	return w, ro, m, r, g
+}
+
+func TestCollectorReadsAtScrapeTime(t *testing.T) {
+	_, ro, m, r, g := live(t)
+	c := NewCollector(ro)
+	require.NoError(t, m.Store("a", []byte("1")))
+	require.NoError(t, m.Store("b", []byte("2")))
+	m.Delete("b")
+	for i := 0; i < 3; i++ {
+		_, err := r.Publish("job", []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	_, err := r.Publish("other", nil)
+	require.NoError(t, err)
+	recs := g.Claim(2)
+	require.Len(t, recs, 2)
+	require.NoError(t, g.Ack(recs[0]))
+
+	const head = `
+# HELP shmarena_map_used MapStats.Used (see the shmarena package documentation).
+# TYPE shmarena_map_used gauge
+shmarena_map_used{region="cache"} %d
+# HELP shmarena_map_tombstones MapStats.Tombstones (see the shmarena package documentation).
+# TYPE shmarena_map_tombstones gauge
+shmarena_map_tombstones{region="cache"} 1
+# HELP shmarena_ring_published_total RingStats.Published (see the shmarena package documentation).
+# TYPE shmarena_ring_published_total counter
+shmarena_ring_published_total{region="jobs"} %d
+# HELP shmarena_ring_slot_size_bytes RingStats.SlotSize (see the shmarena package documentation).
+# TYPE shmarena_ring_slot_size_bytes gauge
+shmarena_ring_slot_size_bytes{region="jobs"} 64
+# HELP shmarena_group_delivered_total Records claimed by any member (first deliveries).
+# TYPE shmarena_group_delivered_total counter
+shmarena_group_delivered_total{group="workers",region="jobs",topic="job"} %d
+# HELP shmarena_group_pending Records delivered and not finished (acking groups).
+# TYPE shmarena_group_pending gauge
+shmarena_group_pending{group="workers",region="jobs",topic="job"} %d
+# HELP shmarena_processes Handles attached to the arena (read-only ones not counted).
+# TYPE shmarena_processes gauge
+shmarena_processes 1
+# HELP shmarena_scrape_errors 1 when the last scrape could not read every region (a closed arena, a damaged ring).
+# TYPE shmarena_scrape_errors gauge
+shmarena_scrape_errors 0
+`
+	names := []string{"shmarena_map_used", "shmarena_map_tombstones", "shmarena_ring_published_total", "shmarena_ring_slot_size_bytes",
+		"shmarena_group_delivered_total", "shmarena_group_pending", "shmarena_processes", "shmarena_scrape_errors"}
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(fmt.Sprintf(head, 1, 4, 2, 1)), names...))
+
+	// The next scrape sees what was written since: nothing is cached.
+	require.NoError(t, m.Store("c", []byte("3")))
+	_, err = r.Publish("job", nil)
+	require.NoError(t, err)
+	require.NoError(t, g.Ack(recs[1]))
+	require.NotEmpty(t, g.Claim(2))
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(fmt.Sprintf(head, 2, 5, 4, 2)), names...))
+
+	assert.InDelta(t, 0.0, testutil.ToFloat64(prometheus.CollectorFunc(func(ch chan<- prometheus.Metric) {
+		collectOnly(c, ch, "shmarena_group_oldest_pending_seconds")
+	})), 5)
+	problems, err := testutil.CollectAndLint(c)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(c))
+	n, err := testutil.GatherAndCount(reg)
+	require.NoError(t, err)
+	assert.Greater(t, n, 20)
+}
+
+func TestCollectorAfterClose(t *testing.T) {
+	_, ro, _, _, _ := live(t)
+	c := NewCollector(ro)
+	require.NoError(t, ro.Close())
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP shmarena_scrape_errors 1 when the last scrape could not read every region (a closed arena, a damaged ring).
+# TYPE shmarena_scrape_errors gauge
+shmarena_scrape_errors 1
+`)))
+}
+
+// collectOnly sends the metrics of c whose description names name.
+func collectOnly(c prometheus.Collector, out chan<- prometheus.Metric, name string) {
+	ch := make(chan prometheus.Metric)
+	go func() { c.Collect(ch); close(ch) }()
+	for m := range ch {
+		if strings.Contains(m.Desc().String(), `"`+name+`"`) {
+			out <- m
+		}
+	}
+}
