@@ -3,6 +3,7 @@ package shmarena
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,14 +17,16 @@ import (
 // interesting words are. The offsets come from the live handles, so a
 // layout change updates them here.
 type checkTarget struct {
-	path                 string
-	liveSlot, tombSlot   int // offsets of a live key's and a tombstone's slot
-	liveIndex, tombIndex uint64
-	stripeShare          int // stripe 0's used share
-	ringSlot             int // the slot of the ring's newest record
-	group, table         int // the acking group's entry, and its pending entry for its floor
-	floor                uint64
-	mapTagBase           int
+	path                  string
+	liveSlot, emptySlot   int // offsets of a live key's and an empty slot
+	liveIndex, emptyIndex uint64
+	moveVer               int // segment 0's move version
+	smallHead             int // the evicting map's small queue head
+	stripeShare           int // stripe 0's used share
+	ringSlot              int // the slot of the ring's newest record
+	group, table          int // the acking group's entry, and its pending entry for its floor
+	floor                 uint64
+	mapTagBase            int
 }
 
 func newCheckTarget(t *testing.T) checkTarget {
@@ -37,6 +40,13 @@ func newCheckTarget(t *testing.T) checkTarget {
 	_, err = m.Add("n", 3)
 	require.NoError(t, err)
 	require.True(t, m.Delete("d"))
+	e, err := a.Map("e", WithSlots(64), WithSlotSize(64), WithEviction())
+	require.NoError(t, err)
+	for i := range 300 {
+		require.NoError(t, e.Store(strconv.Itoa(i), []byte("v")))
+		e.Load(strconv.Itoa(i / 2))
+	}
+	require.Positive(t, e.Stats().Evicted)
 	r, err := a.Ring("r", WithSlots(8), WithSlotSize(64), WithMaxInFlight(4))
 	require.NoError(t, err)
 	g, err := r.Group("g", WithAck(time.Minute))
@@ -56,11 +66,13 @@ func newCheckTarget(t *testing.T) checkTarget {
 	require.True(t, ok)
 	ct.liveSlot, ct.liveIndex = v.off, m.slotIndex(v.off)
 	for i := uint64(0); i < m.slots; i++ {
-		if metaState(loadMeta(m, i)) == stateTombstone {
-			ct.tombSlot, ct.tombIndex = m.slotOff(i), i
+		if metaState(loadMeta(m, i)) == stateEmpty {
+			ct.emptySlot, ct.emptyIndex = m.slotOff(i), i
 		}
 	}
-	require.NotZero(t, ct.tombSlot)
+	require.NotZero(t, ct.emptySlot)
+	ct.moveVer = m.lockOff(0) + stMoveVer
+	ct.smallHead = e.lockOff(0) + stSmallHead
 	ct.ringSlot = r.slotOff(r.Head() - 1)
 	ct.group = g.goff
 	ct.floor = g.Stats().Floor
@@ -144,7 +156,10 @@ func TestCheckFindsCorruption(t *testing.T) {
 		{"map slot hash", ct.liveSlot + sHash, func(o uint64) uint64 { return o ^ 1<<50 }, "stored with hash"},
 		{"map slot version", ct.liveSlot + sVersion, func(o uint64) uint64 { return o | 1 }, "being written"},
 		{"map tag", ct.mapTagBase + int(ct.liveIndex), func(o uint64) uint64 { return o&^0xff | 0x77 }, "lookups skip it"},
-		{"map tombstone tag", ct.mapTagBase + int(ct.tombIndex), func(o uint64) uint64 { return o &^ 0xff }, "tag 0"},
+		{"map tombstone at rest", ct.emptySlot + sMeta, func(o uint64) uint64 { return o&^0xff | stateTombstone }, "tombstone at rest"},
+		{"map empty slot's tag", ct.mapTagBase + int(ct.emptyIndex), func(o uint64) uint64 { return o&^0xff | 0x55 }, "empty with tag"},
+		{"map moves left open", ct.moveVer, func(o uint64) uint64 { return o | 1 }, "entries moving"},
+		{"map queue head", ct.smallHead, func(o uint64) uint64 { return o + 1000 }, "small queue head"},
 		{"map count", ct.stripeShare, func(o uint64) uint64 { return o + 1 }, "counts say"},
 		{"ring slot sequence", ct.ringSlot + rl.SBegin, func(o uint64) uint64 { return o - 8 }, "puts sequence"},
 		{"ring slot end", ct.ringSlot + rl.SEnd, func(o uint64) uint64 { return o + 1 }, "begun but ended"},

@@ -142,7 +142,8 @@ type Map struct {
 	encoded  bool
 	seed     uint64 // the arena's hash seed
 
-	q queues // eviction queues; q.on false for a plain map
+	q         queues // eviction queues; q.on false for a plain map
+	countUses bool   // reads count uses: an evicting map not opened ReadOnly
 
 	// counterHints remember, in this process only, where Add last found
 	// each counter (see hintEntries); 8 KiB, nil for a typed map.
@@ -305,6 +306,7 @@ func newMap(a *Arena, e layout.Entry) *Map {
 	}
 	if evict {
 		m.q = newQueues(m)
+		m.countUses = !a.readOnly
 	}
 	if !m.encoded { // a typed map refuses Add
 		m.counterHints = make([]byte, hintEntries*8)

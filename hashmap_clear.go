@@ -11,7 +11,8 @@ import (
 // segment's clearing waits for it to end (see confirmMiss). The counts
 // (Len, Stats.Used and Tombstones) fall to zero; the event counters
 // (Evicted, Expired and the rest) are kept. Keys stored while Clear runs
-// may or may not survive it. After Close it does nothing.
+// may or may not survive it. After Close, and on a handle opened
+// ReadOnly, it does nothing.
 func (m *Map) Clear() {
 	for s := uint64(0); s < m.stripes; s++ {
 		if !m.lock(s) {

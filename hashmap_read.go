@@ -113,7 +113,7 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 	if atomic.LoadUint64(&hdr[sVersion/8]) != ver || lapsed(deadline) {
 		return v, dst, nearUnsure
 	}
-	if m.q.on {
+	if m.countUses {
 		m.touch(i + d)
 	}
 	return view{off: off, ver: ver, meta: meta, deadline: deadline}, out, nearHit
@@ -169,7 +169,7 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, ou
 				m.collect(key, h)
 				return v, dst[:n0], nearGaveUp
 			}
-			if m.q.on {
+			if m.countUses {
 				m.touch(i)
 			}
 			return v, dst, nearHit

@@ -219,7 +219,7 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 		if m.q.on {
 			return m.replaceNear(s, e)
 		}
-		return m.refuse(s, e.h)
+		return m.refuseFull(s, e.h)
 	}
 	odd, wasTomb := m.claim(s, e.h, free)
 	crashPoint("claimed")
@@ -240,9 +240,9 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	return nil
 }
 
-// refuse counts and returns a plain map's ErrFull for a new key of hash h:
+// refuseFull counts and returns a plain map's ErrFull for a new key of hash h:
 // its segment is full, or has no free slot within the probe bound.
-func (m *Map) refuse(s uint64, h uint64) error {
+func (m *Map) refuseFull(s uint64, h uint64) error {
 	m.stat(mhFull)
 	sp := m.span(s)
 	if m.used(s) < sp.len() {

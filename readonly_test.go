@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -223,4 +224,35 @@ func TestReadOnlyOpenErrors(t *testing.T) {
 	require.NoError(t, err, "a read-only descriptor attaches read-only")
 	assert.True(t, a.ReadOnly())
 	require.NoError(t, a.Close())
+}
+
+// A read-only handle on an evicting map counts no use on a hit (the
+// mapping is read-only: a write would fault), and Clear does nothing.
+func TestReadOnlyEvictingMapWritesNothing(t *testing.T) {
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("cache", WithSlots(64), WithSlotSize(64), WithEviction())
+	require.NoError(t, err)
+	for i := range 40 {
+		require.NoError(t, m.Store("k"+strconv.Itoa(i), []byte("v")))
+	}
+	before := fileHash(t, path)
+	ro, err := Open(path, ReadOnly())
+	require.NoError(t, err)
+	defer ro.Close()
+	mr, err := ro.Map("cache", WithSlots(64), WithSlotSize(64), WithEviction())
+	require.NoError(t, err)
+	hits := 0
+	for range 5 {
+		for i := range 40 {
+			if _, ok := mr.Load("k" + strconv.Itoa(i)); ok {
+				hits++
+			}
+			mr.Exists("absent" + strconv.Itoa(i))
+		}
+	}
+	require.Positive(t, hits)
+	mr.Clear()
+	require.Equal(t, m.Len(), mr.Len(), "Clear on a read-only handle does nothing")
+	require.Positive(t, mr.Len())
+	require.Equal(t, before, fileHash(t, path), "a read-only handle wrote to the file")
 }

@@ -306,9 +306,7 @@ func runClear(e *env, fs *flag.FlagSet, args []string) error {
 	if err := e.confirm(flagBool(fs, "yes"), fmt.Sprintf("delete all %d keys of map %q in %s?", before, args[1], args[0])); err != nil {
 		return err
 	}
-	if err := m.Clear(); err != nil {
-		return err
-	}
+	m.Clear()
 	if e.json {
 		return e.printJSON(struct{ Before, After int }{before, m.Len()})
 	}
