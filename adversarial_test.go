@@ -141,10 +141,24 @@ func TestAdversarialKeys(t *testing.T) {
 		require.Equal(t, uint64(refused), st.ProbeLimited, "every refusal at the bound is counted")
 		require.Equal(t, uint64(refused), st.Full)
 		require.Less(t, st.MaxProbe, probeBound, "no key sits past the bound")
-		// The rest of the table is untouched: ordinary keys still go in.
+		// The rest of the table is untouched: ordinary keys still go in,
+		// but for those whose home falls inside the packed run (their
+		// free slot is past the bound).
+		ts, _, target := m.place(m.hashKey(keys[0]))
+		refusedOthers := 0
 		for i := range 1000 {
-			require.NoError(t, m.Store("other-"+strconv.Itoa(i), nil))
+			k := "other-" + strconv.Itoa(i)
+			err := m.Store(k, nil)
+			if err == nil {
+				continue
+			}
+			require.ErrorIs(t, err, ErrFull)
+			s, sp, home := m.place(m.hashKey(k))
+			require.Equal(t, ts, s, "%s refused outside the attacked segment", k)
+			require.Less(t, sp.dist(target, home), uint64(probeBound), "%s refused, its home %d outside the packed run from %d", k, home, target)
+			refusedOthers++
 		}
+		require.Less(t, refusedOthers, 100)
 		for _, k := range keys[:stored] {
 			require.True(t, m.Exists(k), k)
 		}
