@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,22 +93,52 @@ func fmtRatio(v float64) string {
 	return fmt.Sprintf("%.2fx", v)
 }
 
-// ratio is ours over peer's for one cell, 0 when either is missing.
+// ratio is ours over peer's for one cell, 0 when either is missing: the
+// median of the rounds' ratios (each round measured both).
 func (r *report) ratio(vsize, procs int, op Op, peer string) float64 {
+	x, _, _ := r.ratioRange(vsize, procs, op, peer)
+	return x
+}
+
+// ratioRange is ratio with the lowest and highest of the rounds' ratios.
+func (r *report) ratioRange(vsize, procs int, op Op, peer string) (med, lo, hi float64) {
 	us, ok1 := r.get(vsize, procs, op, "shmarena")
 	them, ok2 := r.get(vsize, procs, op, peer)
 	if !ok1 || !ok2 {
-		return 0
+		return 0, 0, 0
 	}
-	return us.opsPerSec / them.opsPerSec
+	var rs []float64
+	for k := 0; k < min(len(us.runs), len(them.runs)); k++ {
+		if them.runs[k] > 0 {
+			rs = append(rs, us.runs[k]/them.runs[k])
+		}
+	}
+	if len(rs) == 0 {
+		return us.opsPerSec / them.opsPerSec, 0, 0
+	}
+	return median(rs), slices.Min(rs), slices.Max(rs)
+}
+
+// fmtRatioRange writes a ratio as its median and range; a range that
+// spans 1.0x says so instead of naming a winner.
+func fmtRatioRange(med, lo, hi float64) string {
+	if lo == 0 || lo == hi {
+		return fmtRatio(med)
+	}
+	s := fmt.Sprintf("%s (%s-%s)", fmtRatio(med), strings.TrimSuffix(fmtRatio(lo), "x"), fmtRatio(hi))
+	if lo < 1 && hi > 1 {
+		s += " no clear winner"
+	}
+	return s
 }
 
 type target struct {
-	what  string
-	got   float64
-	want  float64
-	ok    bool
-	known bool
+	what   string
+	got    float64
+	lo, hi float64 // the rounds' range, 0 when there is one figure
+	want   float64
+	ok     bool
+	known  bool
 }
 
 func (r *report) targets() []target {
@@ -115,16 +146,20 @@ func (r *report) targets() []target {
 	mk := func(what string, got, want float64) {
 		ts = append(ts, target{what: what, got: got, want: want, ok: got >= want, known: got > 0})
 	}
+	mkr := func(what string, want float64, vsize, procs int, op Op, peer string) {
+		med, lo, hi := r.ratioRange(vsize, procs, op, peer)
+		ts = append(ts, target{what: what, got: med, lo: lo, hi: hi, want: want, ok: med >= want, known: med > 0})
+	}
 	for _, v := range r.vsizes() {
-		mk(fmt.Sprintf("read hit vs Redis GET, 1 per round trip (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "Redis"), 500)
-		mk(fmt.Sprintf("read hit vs Redis GET, pipelined 16 (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "Redis pipe16"), 30)
-		mk(fmt.Sprintf("read hit vs bbolt (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "bbolt"), 10)
-		mk(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "RWMutex map"), 1/1.5)
-		mk(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 2 procs / 2 goroutines)", v), r.ratio(v, 2, OpReadHit, "RWMutex map"), 1/1.5)
+		mkr(fmt.Sprintf("read hit vs Redis GET, 1 per round trip (%dB, 1 proc)", v), 500, v, 1, OpReadHit, "Redis")
+		mkr(fmt.Sprintf("read hit vs Redis GET, pipelined 16 (%dB, 1 proc)", v), 30, v, 1, OpReadHit, "Redis pipe16")
+		mkr(fmt.Sprintf("read hit vs bbolt (%dB, 1 proc)", v), 10, v, 1, OpReadHit, "bbolt")
+		mkr(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 1 proc)", v), 1/1.5, v, 1, OpReadHit, "RWMutex map")
+		mkr(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 2 procs / 2 goroutines)", v), 1/1.5, v, 2, OpReadHit, "RWMutex map")
 	}
 	if len(r.vsizes()) > 0 {
-		mk("counter add vs Redis INCR, 1 per round trip (1 proc)", r.ratio(r.vsizes()[0], 1, OpAdd, "Redis"), 500)
-		mk("counter add vs Redis INCR, 1 per round trip (2 procs)", r.ratio(r.vsizes()[0], 2, OpAdd, "Redis"), 500)
+		mkr("counter add vs Redis INCR, 1 per round trip (1 proc)", 500, r.vsizes()[0], 1, OpAdd, "Redis")
+		mkr("counter add vs Redis INCR, 1 per round trip (2 procs)", 500, r.vsizes()[0], 2, OpAdd, "Redis")
 	}
 	var ring, spin, sock, acked, streams float64
 	for _, x := range r.ring {
@@ -167,23 +202,30 @@ func (r *report) markdown() string {
 	if r.short {
 		mode = "short (-short: smoke test, numbers are not meaningful)"
 	}
-	w("- mode: %s; %d keys of %d bytes per value size; each map figure is the best of %d interleaved measurements of %v; shmarena maps of %d slots, 64 stripes; scratch files on tmpfs\n",
+	w("- mode: %s; %d keys of %d bytes per value size; each map figure is the median of %d rounds of %v that alternate the peers; shmarena maps of %d slots, 64 stripes; scratch files on tmpfs\n",
 		mode, r.nkeys, keyLen, r.reps, r.dur, r.slots)
 	w("- generated %s by bench/run.sh (`go run ./cmd/shmbench`), total %v. One run on a shared, noisy machine: compare ratios within this file, not across runs.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
 
 	if ts := r.targets(); len(ts) > 0 {
-		w("## Targets\n\nRatio = shmarena ops/s divided by the peer's, same run.\n\n| target | wanted | measured | |\n|---|---:|---:|---|\n")
+		w("## Targets\n\nRatio = shmarena ops/s divided by the peer's, same round; the median of the rounds, with their range in brackets. A target is met when the median reaches it, and \"not settled\" when the rounds fall on both sides of it.\n\n| target | wanted | measured | |\n|---|---:|---:|---|\n")
 		for _, t := range ts {
 			if !t.known {
 				w("| %s | >= %s | n/a | not measured |\n", t.what, fmtRatio(t.want))
 				continue
 			}
 			verdict := "met"
-			if !t.ok {
+			switch {
+			case t.lo > 0 && t.lo < t.want && t.hi >= t.want:
+				verdict = "not settled: the rounds' range spans the target"
+			case !t.ok:
 				verdict = fmt.Sprintf("**missed by %.1fx**", t.want/t.got)
 			}
-			w("| %s | >= %s | %s | %s |\n", t.what, fmtRatio(t.want), fmtRatio(t.got), verdict)
+			got := fmtRatio(t.got)
+			if t.lo > 0 && t.lo != t.hi {
+				got = fmt.Sprintf("%s (%s-%s)", fmtRatio(t.got), strings.TrimSuffix(fmtRatio(t.lo), "x"), fmtRatio(t.hi))
+			}
+			w("| %s | >= %s | %s | %s |\n", t.what, fmtRatio(t.want), got, verdict)
 		}
 		w("\n")
 	}
@@ -193,6 +235,7 @@ func (r *report) markdown() string {
 		w("Each peer does the same operations on the same 24-byte keys. Reads copy the value out. Writes of the in-process maps store a private copy of the value. ")
 		w("bbolt: one transaction per operation, NoSync. Redis: GET/SET/INCR/DEL, one command per round trip, or 16 per pipeline (\"pipe16\"). ")
 		w("\"2\" = two processes at once (the bench re-executes itself as a second worker), aggregate ops/s over the longer of the two runs. ")
+		w("Every run is warmed: before it is timed, each process of a store that maps a file (shmarena, LMDB) reads every key it will use once, untimed, so that a freshly started worker does not pay its first touch of each page (a page fault and, on this VM, a hypervisor exit of 5-7 µs per 4 KiB page) inside a short run; \"First touch\" below measures that cost on purpose. ")
 		w("insert and delete use each key once (%d new keys per process per run for insert, %d present ones for delete), so their runs are short. ", r.nkeys/10, r.nkeys/2)
 		w("shmarena keeps values in a map of %d slots (%.0f%% full before the inserts, about %.0f%% after them all) and counters in a second map of %d slots of %d bytes.\n\n",
 			r.slots, 100*float64(r.nkeys)/float64(r.slots), 100*float64(r.nkeys+3*r.reps*r.nkeys/10)/float64(r.slots), r.slots, ctrSlotSize)
@@ -223,7 +266,8 @@ func (r *report) markdown() string {
 					w("\n")
 				}
 			}
-			w("\n**shmarena's ratio to each peer** (ours / theirs; above 1x we are faster):\n\n| op | procs |")
+			w("\n**shmarena's ratio to each peer** (ours / theirs within a round; median of %d rounds, range in brackets; above 1x we are faster; \"no clear winner\" where the rounds fall on both sides of 1x):", r.reps)
+			w("\n\n| op | procs |")
 			for _, p := range r.peers[1:] {
 				w(" vs %s |", p)
 			}
@@ -236,8 +280,8 @@ func (r *report) markdown() string {
 				for procs := 1; procs <= 2; procs++ {
 					w("| %v | %d |", op, procs)
 					for _, p := range r.peers[1:] {
-						if x := r.ratio(v, procs, op, p); x > 0 {
-							w(" %s |", fmtRatio(x))
+						if x, lo, hi := r.ratioRange(v, procs, op, p); x > 0 {
+							w(" %s |", fmtRatioRange(x, lo, hi))
 						} else {
 							w(" n/a |")
 						}
@@ -459,4 +503,17 @@ func (r *report) charts(dir string) error {
 		}
 	}
 	return nil
+}
+
+// median of xs (not modified); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
