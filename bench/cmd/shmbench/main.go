@@ -51,7 +51,8 @@ var (
 	flagDur     = flag.Duration("dur", 0, "time per measurement (default 150ms, 40ms with -short)")
 	flagReps    = flag.Int("reps", 0, "rounds per cell, each alternating the peers; ratios are the median of the rounds (default 3, at least 3)")
 	flagPeers   = flag.String("peers", "", "comma-separated map peers to run (default all), e.g. shmarena for profiling")
-	flagOnly    = flag.String("only", "map,ring,scale", "sections to run")
+	flagOnly    = flag.String("only", "map,ring,latency,touch,scale", "sections to run")
+	flagHugeDir = flag.String("hugedir", "", "a directory on a tmpfs mounted with huge=always: the first-touch section also measures an arena there (run.sh mounts one when it can)")
 	flagMaxSlot = flag.Int("maxslots", 10_000_000, "largest map in the growth curve")
 	flagCPU     = flag.String("cpuprofile", "", "write a CPU profile of the parent process here")
 	flagProfOp  = flag.String("profile-op", "", "instead of the report, run shmarena's op (e.g. \"read hit\") for -dur under -cpuprofile")
@@ -367,6 +368,14 @@ func worker() error {
 		}
 		fmt.Println("done")
 		return nil
+	case "lat":
+		if err := latWorker(*flagWPeer, *flagWDir, *flagWRAddr, *flagWArg, *flagWDur); err != nil {
+			return err
+		}
+		fmt.Println("done")
+		return nil
+	case "touch":
+		return touchWorker(*flagWDir, *flagWArg, *flagWKeys)
 	}
 	return fmt.Errorf("unknown worker role %q", *flagWorker)
 }
@@ -643,6 +652,24 @@ func run() error {
 			return err
 		}
 		rep.ring = rr
+		rep.notes = append(rep.notes, notes...)
+	}
+	if has(*flagOnly, "latency") {
+		logf("latency")
+		lr, notes, err := latencyBench(dir, addr, short)
+		if err != nil {
+			return err
+		}
+		rep.lat = lr
+		rep.notes = append(rep.notes, notes...)
+	}
+	if has(*flagOnly, "touch") {
+		logf("first touch")
+		tr, notes, err := touchBench(dir, *flagHugeDir, short)
+		if err != nil {
+			return err
+		}
+		rep.touch = tr
 		rep.notes = append(rep.notes, notes...)
 	}
 	if has(*flagOnly, "scale") {

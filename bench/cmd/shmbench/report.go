@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"math"
 	"os"
 	"os/exec"
@@ -29,6 +30,8 @@ type report struct {
 	peers []string
 	cells []cell
 	ring  []ringResult
+	lat   []latResult
+	touch *touchResult
 	scale *scaleResult
 	notes []string
 }
@@ -308,6 +311,53 @@ func (r *report) markdown() string {
 		w("\n")
 	}
 
+	if len(r.lat) > 0 {
+		w("## Latency: one operation at a time\n\n")
+		w("Each operation timed on its own (see the note below for the method); 64-byte values, one key (so one stripe and one slot) or one ring. ")
+		w("\"2\": a second process does the same operation on the same key or ring meanwhile (for Load it stores to the key being read); for the RWMutex map, a second goroutine. ")
+		w("Chart: [latency-1proc.svg](latency-1proc.svg), [latency-2proc.svg](latency-2proc.svg).\n\n")
+		w("| operation | procs | peer | p50 | p99 | p99.9 | max | operations timed |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
+		for _, op := range latOps {
+			for procs := 1; procs <= 2; procs++ {
+				for _, x := range r.lat {
+					if x.op != op || x.procs != procs {
+						continue
+					}
+					peer := x.peer
+					if x.note != "" {
+						peer += " (" + x.note + ")"
+					}
+					w("| %s | %d | %s | %v | %v | %v | %v | %d |\n", op, procs, peer, fmtLat(x.p50), fmtLat(x.p99), fmtLat(x.p999), fmtLat(x.max), x.n)
+				}
+			}
+		}
+		w("\n")
+	}
+
+	if t := r.touch; t != nil {
+		w("## First touch: a new worker's first %s operations\n\n", fmtCount(t.ops))
+		w("This is the cold row the warmed tables above leave out on purpose: a worker process starts, opens an arena another process built and filled, and times its first %s operations on random keys, then the same ones again. ", fmtCount(t.ops))
+		w("Medians of the rounds, range in brackets; \"cold / again\" is how many times slower the first pass ran.\n\n")
+		w("| arena | kind | Prefault took | first %s ops | page faults in them | the same again | cold / again |\n|---|---|---:|---:|---:|---:|---:|\n", fmtCount(t.ops))
+		for _, c := range t.cells {
+			pre := "-"
+			if c.prefault[0] > 0 {
+				pre = fmtDurRange(c.prefault)
+			}
+			var fl []float64
+			for _, f := range c.coldFaults {
+				fl = append(fl, float64(f))
+			}
+			var ratios []float64
+			for i := range c.cold {
+				ratios = append(ratios, float64(c.cold[i])/float64(c.warm[i]))
+			}
+			w("| %s (%.0f MiB%s) | %s | %s | %s | %.0f | %s | %s |\n", c.variant, c.arenaMB, hugeNote(c.hugeMiB), c.kind, pre, fmtDurRange(c.cold), median(fl),
+				fmtDurRange(c.warm), fmtRatioRange(median(ratios), slices.Min(ratios), slices.Max(ratios)))
+		}
+		w("\n")
+	}
+
 	if s := r.scale; s != nil {
 		w("## Scaling (shmarena map, %d-byte slots, %d-byte values)\n\n", scaleSlotSize, scaleVal)
 		w("As one table of %d slots fills (insert = the last 1%% of slots before that load; reads random over the keys present):\n\n", s.loadSlots)
@@ -348,10 +398,118 @@ func (r *report) chartFiles() []string {
 	if len(r.ring) > 0 {
 		out = append(out, "ring.svg")
 	}
+	if len(r.lat) > 0 {
+		out = append(out, "latency-1proc.svg", "latency-2proc.svg")
+	}
 	if r.scale != nil {
 		out = append(out, "scale-load.svg", "scale-size.svg")
 	}
 	return out
+}
+
+// fmtCount writes n with thousands separators.
+func fmtCount(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func hugeNote(mib float64) string {
+	if mib <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %.0f MiB of it in huge pages", mib)
+}
+
+func fmtLat(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.1f s", float64(d)/1e9)
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	case d >= 10*time.Microsecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	case d >= time.Microsecond:
+		return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+	}
+	return fmt.Sprintf("%d ns", d.Nanoseconds())
+}
+
+// durTicks labels a log10(ns) axis in time units.
+type durTicks struct{}
+
+func (durTicks) Ticks(min, max float64) []plot.Tick {
+	var ts []plot.Tick
+	for k := math.Floor(min); k <= math.Ceil(max); k++ {
+		ts = append(ts, plot.Tick{Value: k, Label: fmtLat(time.Duration(math.Pow(10, k)))})
+	}
+	return ts
+}
+
+// latencyCharts draws, per process count, p50/p99/p99.9 bars per peer
+// for each operation, on a log scale.
+func (r *report) latencyCharts(dir string) error {
+	shades := map[string][3]color.RGBA{
+		"shmarena":    {{0x1f, 0x4e, 0x9c, 255}, {0x4a, 0x7f, 0xd0, 255}, {0x9c, 0xbd, 0xee, 255}},
+		"RWMutex map": {{0x2e, 0x7d, 0x32, 255}, {0x5c, 0xb0, 0x60, 255}, {0xa5, 0xd6, 0xa7, 255}},
+		"Redis":       {{0xb7, 0x1c, 0x1c, 255}, {0xe5, 0x52, 0x52, 255}, {0xf4, 0xa3, 0xa3, 255}},
+	}
+	for procs := 1; procs <= 2; procs++ {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("Latency of one operation, %d process(es) (log scale; bars: p50, p99, p99.9)", procs)
+		p.Y.Label.Text = "time per operation"
+		p.Y.Tick.Marker = durTicks{}
+		var peersShown []string
+		for _, peer := range latPeers {
+			for _, x := range r.lat {
+				if x.peer == peer && !slices.Contains(peersShown, peer) {
+					peersShown = append(peersShown, peer)
+				}
+			}
+		}
+		w := vg.Points(7)
+		nb := 3 * len(peersShown)
+		top, bottom := 0.0, math.Inf(1)
+		for i, peer := range peersShown {
+			for q := 0; q < 3; q++ {
+				vals := make(plotter.Values, len(latOps))
+				for j, op := range latOps {
+					for _, x := range r.lat {
+						if x.peer == peer && x.op == op && x.procs == procs {
+							d := [3]time.Duration{x.p50, x.p99, x.p999}[q]
+							vals[j] = math.Log10(float64(max(d, 1)))
+							top, bottom = max(top, vals[j]), min(bottom, vals[j])
+						}
+					}
+				}
+				bc, err := plotter.NewBarChart(vals, w)
+				if err != nil {
+					return err
+				}
+				bc.LineStyle.Width = 0
+				bc.Color = shades[peer][q]
+				k := 3*i + q
+				bc.Offset = w * vg.Length(float64(k)-float64(nb-1)/2)
+				p.Add(bc)
+				p.Legend.Add(fmt.Sprintf("%s %s", peer, [3]string{"p50", "p99", "p99.9"}[q]), bc)
+			}
+		}
+		p.Legend.Top = true
+		p.Legend.Left = true
+		p.Legend.XOffs = vg.Points(10)
+		p.NominalX(latOps...)
+		p.X.Min, p.X.Max = -0.7, float64(len(latOps))-0.3
+		p.Y.Min = math.Max(0, math.Floor(bottom)-0.5)
+		p.Y.Max = math.Ceil(top) + 2.5 // room for the legend
+		if err := p.Save(26*vg.Centimeter, 13*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("latency-%dproc.svg", procs))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // log10 ticks labelled as powers of ten, for bar charts of log10 values.
@@ -366,6 +524,11 @@ func (powTicks) Ticks(min, max float64) []plot.Tick {
 }
 
 func (r *report) charts(dir string) error {
+	if len(r.lat) > 0 {
+		if err := r.latencyCharts(dir); err != nil {
+			return err
+		}
+	}
 	for _, v := range r.vsizes() {
 		for procs := 1; procs <= 2; procs++ {
 			p := plot.New()
