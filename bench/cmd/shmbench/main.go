@@ -687,6 +687,12 @@ func run() error {
 		return err
 	}
 	md := rep.markdown()
+	// Hand-written notes kept beside the report (measurements made outside
+	// the harness, what moved between runs and why) follow it, so that a
+	// re-run keeps them.
+	if extra, err := os.ReadFile(filepath.Join(*flagOut, "results-notes.md")); err == nil {
+		md += "\n" + string(extra)
+	}
 	fmt.Print(md)
 	if err := os.WriteFile(filepath.Join(*flagOut, "results.md"), []byte(md), 0o644); err != nil {
 		return err

@@ -327,6 +327,9 @@ func (r *report) markdown() string {
 					if x.note != "" {
 						peer += " (" + x.note + ")"
 					}
+					if x.busy > 0 {
+						peer += fmt.Sprintf(" (%d returned busy, as not found)", x.busy)
+					}
 					w("| %s | %d | %s | %v | %v | %v | %v | %d |\n", op, procs, peer, fmtLat(x.p50), fmtLat(x.p99), fmtLat(x.p999), fmtLat(x.max), x.n)
 				}
 			}
