@@ -146,7 +146,8 @@ func (env *benchEnv) keysFor(op Op, run, proc int) []string {
 func bounded(op Op) bool { return op == OpInsert || op == OpDelete }
 
 // warm makes one untimed pass over keys, in this process, for the
-// stores that map a file (shmarena, LMDB): a process's first access to
+// stores that map a file (shmarena, LMDB; shmarena also prefaults before
+// inserts, see shmStore.Warm): a process's first access to
 // each page of a mapping costs a page fault and, on this VM, a
 // hypervisor exit (5-7 µs per 4 KiB page against tens of ns for a warm
 // operation), which would otherwise dominate a short run of a freshly

@@ -646,8 +646,9 @@ const lmdbMissing = "LMDB not measured: the maintained Go binding github.com/Pow
 	"are refused by this machine's Go module proxy (403 \"not available\"), so no binding could be fetched."
 
 // Warm reads every key once, untimed (see warm): the counters map for
-// counter adds, the values map otherwise (a miss for keys not present,
-// which touches the slots an insert will probe).
+// counter adds, the values map otherwise. A miss ends at its tag byte
+// without touching the slot an insert would write, so before inserts it
+// also calls Arena.Prefault, as a worker that wants warm pages would.
 func (s *shmStore) Warm(op Op, keys []string) {
 	m := s.m
 	if op == OpAdd {
@@ -655,5 +656,8 @@ func (s *shmStore) Warm(op Op, keys []string) {
 	}
 	for _, k := range keys {
 		s.buf, _ = m.AppendLoad(s.buf[:0], k)
+	}
+	if op == OpInsert {
+		_, _ = s.a.Prefault()
 	}
 }

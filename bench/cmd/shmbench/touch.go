@@ -237,8 +237,9 @@ func touchBench(dir, hugeDir string, short bool) (*touchResult, []string, error)
 		res.cells = append(res.cells, *c)
 	}
 	notes = append(notes, fmt.Sprintf("First touch: each figure is a new worker process (%d rounds, alternating the rows): it opens the arena that another process built and filled "+
-		"(%d keys, 64-byte values, as in the map section), calls Arena.Prefault or not, then times its first %d operations on random keys (one pass), then the same %d again.",
-		rounds, nkeys, res.ops, res.ops))
+		"(%s keys, 64-byte values, as in the map section), calls Arena.Prefault or not, then times its first %s operations on random keys (one pass), then the same %s again. "+
+		"Page faults are the worker's minor faults during its first pass (a read fault maps up to 16 neighbouring pages at once, so they are fewer than the pages touched).",
+		rounds, fmtCount(nkeys), fmtCount(res.ops), fmtCount(res.ops)))
 	return res, notes, nil
 }
 
