@@ -29,16 +29,17 @@ var prefaultPopulate = true
 // Each process maps the arena afresh and pays for its first touch of
 // every page: a page fault, and on a virtual machine that shadows page
 // tables (this project's CI reports a PVM hypervisor) a far larger
-// hypervisor exit, 5-7 µs per 4 KiB page, against 26-35 ns per
+// hypervisor exit, 5-7 µs per 4 KiB page, against tens of ns per
 // operation afterwards. A new worker's first operations therefore run
-// 10 to 100 times slower than its later ones until it has touched the
-// pages it uses. Measured on that machine (bench/results.md, "First
-// touch"): Prefault of a 161 MiB arena took about 0.3 s, after which a
-// new worker's first 10,000 reads ran at the warmed rate instead of about
-// 40x slower. Call it once in each worker, after Open and before
-// latency matters; it costs about 2 ms per MiB where each page is a
-// separate fault, and about 50x less on a tmpfs mounted with huge=always
-// (2 MiB pages: one fault per 512 pages).
+// many times slower than its later ones until it has touched the pages
+// it uses. Measured there (bench/results.md, "First touch"; a 47 MiB
+// arena of 100,000 keys, three rounds on a loaded machine): a new
+// worker's first 10,000 reads of random keys took 58 ms (54-94 ms)
+// against 3.5 ms for the same reads again, 15x; after Prefault, which
+// took 95-135 ms (about 2 ms per MiB), they took 3.7 ms, 1.5x. On a tmpfs
+// mounted with huge=always (2 MiB pages, one fault per 512 pages)
+// Prefault took 2-3 ms and a worker without it was already within 1.7x.
+// Call it once in each worker, after Open and before latency matters.
 //
 // How: madvise(MADV_POPULATE_WRITE) maps every page writable, as a write
 // fault would, without writing; that alone leaves the hypervisor's cost
@@ -49,8 +50,10 @@ var prefaultPopulate = true
 // processes read and write it.
 //
 // Memory: every page of the file is allocated, as the creator's
-// fallocate already did unless the filesystem lacked it (then Prefault
-// fills the sparse file and may fail with the filesystem's ENOSPC).
+// fallocate already did unless the filesystem lacked it. Then Prefault
+// fills the sparse file: on a full filesystem MADV_POPULATE_WRITE fails
+// (its error is returned), and on a kernel without it the first touch
+// that finds no room raises SIGBUS, as any write to the arena would.
 //
 // Prefault returns ErrClosed if the arena is closed before or while it
 // runs (it stops within one 2 MiB step of Close), and an error wrapping
