@@ -151,7 +151,11 @@ func TestPrefaultMapsEveryPage(t *testing.T) {
 		}
 		cold, warm := faults(false), faults(true)
 		t.Logf("%d pages: %d faults without Prefault, %d after it", pages, cold, warm)
-		assert.Greater(t, cold, int64(pages/2), "writing a fresh mapping should fault on most pages")
+		if cold < int64(pages/2) {
+			// One fault maps many pages: a filesystem of huge pages
+			// (tmpfs huge=always as TMPDIR). Nothing to tell apart.
+			t.Skipf("writing a fresh mapping took %d faults for %d pages: huge pages?", cold, pages)
+		}
 		assert.Less(t, warm, int64(pages/20), "Prefault left pages unmapped")
 	})
 }

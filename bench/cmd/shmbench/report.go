@@ -96,14 +96,9 @@ func fmtRatio(v float64) string {
 	return fmt.Sprintf("%.2fx", v)
 }
 
-// ratio is ours over peer's for one cell, 0 when either is missing: the
-// median of the rounds' ratios (each round measured both).
-func (r *report) ratio(vsize, procs int, op Op, peer string) float64 {
-	x, _, _ := r.ratioRange(vsize, procs, op, peer)
-	return x
-}
-
-// ratioRange is ratio with the lowest and highest of the rounds' ratios.
+// ratioRange is ours over peer's for one cell, 0 when either is missing:
+// the median of the rounds' ratios (each round measured both), with the
+// lowest and highest of them.
 func (r *report) ratioRange(vsize, procs int, op Op, peer string) (med, lo, hi float64) {
 	us, ok1 := r.get(vsize, procs, op, "shmarena")
 	them, ok2 := r.get(vsize, procs, op, peer)
