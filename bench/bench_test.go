@@ -52,7 +52,9 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("stdout and results.md differ")
 	}
 	for _, want := range []string{"# shmarena benchmark results", "CPU:", "## Targets", "## Map: operations per second",
-		"| read hit | 1 |", "| delete | 2 |", "## Ring", "| shmarena ring |", "| Unix socket |", "| pipe |", "## Scaling"} {
+		"| read hit | 1 |", "| delete | 2 |", "## Ring", "| shmarena ring |", "| Unix socket |", "| pipe |", "## Scaling",
+		"median of 3 rounds", "## Latency", "| Load | 1 | shmarena |", "| Claim+Ack | 2 | shmarena |", "| Publish | 2 | RWMutex map (2 goroutines) |",
+		"## First touch", ", Prefault (", ", no Prefault ("} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("results.md lacks %q", want)
 		}
@@ -60,7 +62,11 @@ func TestQuickRun(t *testing.T) {
 	if strings.Contains(string(md), "did not do what they should") {
 		t.Errorf("some operations misbehaved:\n%s", md)
 	}
-	for _, f := range []string{"map-64B-1proc.svg", "map-64B-2proc.svg", "ring.svg", "scale-load.svg", "scale-size.svg"} {
+	if !strings.Contains(string(md), "| Load | 1 | Redis |") && !strings.Contains(string(md), "Redis rows skipped") {
+		t.Errorf("results.md neither has the Redis latency rows nor says why not")
+	}
+	for _, f := range []string{"map-64B-1proc.svg", "map-64B-2proc.svg", "ring.svg", "scale-load.svg", "scale-size.svg",
+		"latency-1proc.svg", "latency-2proc.svg"} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			t.Errorf("chart %s: %v", f, err)

@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +30,8 @@ type report struct {
 	peers []string
 	cells []cell
 	ring  []ringResult
+	lat   []latResult
+	touch *touchResult
 	scale *scaleResult
 	notes []string
 }
@@ -92,22 +96,47 @@ func fmtRatio(v float64) string {
 	return fmt.Sprintf("%.2fx", v)
 }
 
-// ratio is ours over peer's for one cell, 0 when either is missing.
-func (r *report) ratio(vsize, procs int, op Op, peer string) float64 {
+// ratioRange is ours over peer's for one cell, 0 when either is missing:
+// the median of the rounds' ratios (each round measured both), with the
+// lowest and highest of them.
+func (r *report) ratioRange(vsize, procs int, op Op, peer string) (med, lo, hi float64) {
 	us, ok1 := r.get(vsize, procs, op, "shmarena")
 	them, ok2 := r.get(vsize, procs, op, peer)
 	if !ok1 || !ok2 {
-		return 0
+		return 0, 0, 0
 	}
-	return us.opsPerSec / them.opsPerSec
+	var rs []float64
+	for k := 0; k < min(len(us.runs), len(them.runs)); k++ {
+		if them.runs[k] > 0 {
+			rs = append(rs, us.runs[k]/them.runs[k])
+		}
+	}
+	if len(rs) == 0 {
+		return us.opsPerSec / them.opsPerSec, 0, 0
+	}
+	return median(rs), slices.Min(rs), slices.Max(rs)
+}
+
+// fmtRatioRange writes a ratio as its median and range; a range that
+// spans 1.0x says so instead of naming a winner.
+func fmtRatioRange(med, lo, hi float64) string {
+	if lo == 0 || lo == hi {
+		return fmtRatio(med)
+	}
+	s := fmt.Sprintf("%s (%s-%s)", fmtRatio(med), strings.TrimSuffix(fmtRatio(lo), "x"), fmtRatio(hi))
+	if lo < 1 && hi > 1 {
+		s += " no clear winner"
+	}
+	return s
 }
 
 type target struct {
-	what  string
-	got   float64
-	want  float64
-	ok    bool
-	known bool
+	what   string
+	got    float64
+	lo, hi float64 // the rounds' range, 0 when there is one figure
+	want   float64
+	ok     bool
+	known  bool
 }
 
 func (r *report) targets() []target {
@@ -115,16 +144,20 @@ func (r *report) targets() []target {
 	mk := func(what string, got, want float64) {
 		ts = append(ts, target{what: what, got: got, want: want, ok: got >= want, known: got > 0})
 	}
+	mkr := func(what string, want float64, vsize, procs int, op Op, peer string) {
+		med, lo, hi := r.ratioRange(vsize, procs, op, peer)
+		ts = append(ts, target{what: what, got: med, lo: lo, hi: hi, want: want, ok: med >= want, known: med > 0})
+	}
 	for _, v := range r.vsizes() {
-		mk(fmt.Sprintf("read hit vs Redis GET, 1 per round trip (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "Redis"), 500)
-		mk(fmt.Sprintf("read hit vs Redis GET, pipelined 16 (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "Redis pipe16"), 30)
-		mk(fmt.Sprintf("read hit vs bbolt (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "bbolt"), 10)
-		mk(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 1 proc)", v), r.ratio(v, 1, OpReadHit, "RWMutex map"), 1/1.5)
-		mk(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 2 procs / 2 goroutines)", v), r.ratio(v, 2, OpReadHit, "RWMutex map"), 1/1.5)
+		mkr(fmt.Sprintf("read hit vs Redis GET, 1 per round trip (%dB, 1 proc)", v), 500, v, 1, OpReadHit, "Redis")
+		mkr(fmt.Sprintf("read hit vs Redis GET, pipelined 16 (%dB, 1 proc)", v), 30, v, 1, OpReadHit, "Redis pipe16")
+		mkr(fmt.Sprintf("read hit vs bbolt (%dB, 1 proc)", v), 10, v, 1, OpReadHit, "bbolt")
+		mkr(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 1 proc)", v), 1/1.5, v, 1, OpReadHit, "RWMutex map")
+		mkr(fmt.Sprintf("read hit vs RWMutex map: within 1.5x (%dB, 2 procs / 2 goroutines)", v), 1/1.5, v, 2, OpReadHit, "RWMutex map")
 	}
 	if len(r.vsizes()) > 0 {
-		mk("counter add vs Redis INCR, 1 per round trip (1 proc)", r.ratio(r.vsizes()[0], 1, OpAdd, "Redis"), 500)
-		mk("counter add vs Redis INCR, 1 per round trip (2 procs)", r.ratio(r.vsizes()[0], 2, OpAdd, "Redis"), 500)
+		mkr("counter add vs Redis INCR, 1 per round trip (1 proc)", 500, r.vsizes()[0], 1, OpAdd, "Redis")
+		mkr("counter add vs Redis INCR, 1 per round trip (2 procs)", 500, r.vsizes()[0], 2, OpAdd, "Redis")
 	}
 	var ring, spin, sock, acked, streams float64
 	for _, x := range r.ring {
@@ -167,23 +200,30 @@ func (r *report) markdown() string {
 	if r.short {
 		mode = "short (-short: smoke test, numbers are not meaningful)"
 	}
-	w("- mode: %s; %d keys of %d bytes per value size; each map figure is the best of %d interleaved measurements of %v; shmarena maps of %d slots, 64 stripes; scratch files on tmpfs\n",
+	w("- mode: %s; %d keys of %d bytes per value size; each map figure is the median of %d rounds of %v that alternate the peers; shmarena maps of %d slots, 64 stripes; scratch files on tmpfs\n",
 		mode, r.nkeys, keyLen, r.reps, r.dur, r.slots)
 	w("- generated %s by bench/run.sh (`go run ./cmd/shmbench`), total %v. One run on a shared, noisy machine: compare ratios within this file, not across runs.\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 UTC"), r.elapsed.Round(time.Second))
 
 	if ts := r.targets(); len(ts) > 0 {
-		w("## Targets\n\nRatio = shmarena ops/s divided by the peer's, same run.\n\n| target | wanted | measured | |\n|---|---:|---:|---|\n")
+		w("## Targets\n\nRatio = shmarena ops/s divided by the peer's, same round; the median of the rounds, with their range in brackets. A target is met when the median reaches it, and \"not settled\" when the rounds fall on both sides of it.\n\n| target | wanted | measured | |\n|---|---:|---:|---|\n")
 		for _, t := range ts {
 			if !t.known {
 				w("| %s | >= %s | n/a | not measured |\n", t.what, fmtRatio(t.want))
 				continue
 			}
 			verdict := "met"
-			if !t.ok {
+			switch {
+			case t.lo > 0 && t.lo < t.want && t.hi >= t.want:
+				verdict = "not settled: the rounds' range spans the target"
+			case !t.ok:
 				verdict = fmt.Sprintf("**missed by %.1fx**", t.want/t.got)
 			}
-			w("| %s | >= %s | %s | %s |\n", t.what, fmtRatio(t.want), fmtRatio(t.got), verdict)
+			got := fmtRatio(t.got)
+			if t.lo > 0 && t.lo != t.hi {
+				got = fmt.Sprintf("%s (%s-%s)", fmtRatio(t.got), strings.TrimSuffix(fmtRatio(t.lo), "x"), fmtRatio(t.hi))
+			}
+			w("| %s | >= %s | %s | %s |\n", t.what, fmtRatio(t.want), got, verdict)
 		}
 		w("\n")
 	}
@@ -193,6 +233,7 @@ func (r *report) markdown() string {
 		w("Each peer does the same operations on the same 24-byte keys. Reads copy the value out. Writes of the in-process maps store a private copy of the value. ")
 		w("bbolt: one transaction per operation, NoSync. Redis: GET/SET/INCR/DEL, one command per round trip, or 16 per pipeline (\"pipe16\"). ")
 		w("\"2\" = two processes at once (the bench re-executes itself as a second worker), aggregate ops/s over the longer of the two runs. ")
+		w("Every run is warmed: before it is timed, each process of a store that maps a file (shmarena, LMDB) reads every key it will use once, untimed (and before inserts shmarena's calls Arena.Prefault, since a miss stops at the slot's tag byte and leaves the slot an insert writes untouched), so that a freshly started worker does not pay its first touch of each page (a page fault and, on this VM, a hypervisor exit of 5-7 µs per 4 KiB page) inside a short run; \"First touch\" below measures that cost on purpose. ")
 		w("insert and delete use each key once (%d new keys per process per run for insert, %d present ones for delete), so their runs are short. ", r.nkeys/10, r.nkeys/2)
 		w("shmarena keeps values in a map of %d slots (%.0f%% full before the inserts, about %.0f%% after them all) and counters in a second map of %d slots of %d bytes.\n\n",
 			r.slots, 100*float64(r.nkeys)/float64(r.slots), 100*float64(r.nkeys+3*r.reps*r.nkeys/10)/float64(r.slots), r.slots, ctrSlotSize)
@@ -223,7 +264,8 @@ func (r *report) markdown() string {
 					w("\n")
 				}
 			}
-			w("\n**shmarena's ratio to each peer** (ours / theirs; above 1x we are faster):\n\n| op | procs |")
+			w("\n**shmarena's ratio to each peer** (ours / theirs within a round; median of %d rounds, range in brackets; above 1x we are faster; \"no clear winner\" where the rounds fall on both sides of 1x):", r.reps)
+			w("\n\n| op | procs |")
 			for _, p := range r.peers[1:] {
 				w(" vs %s |", p)
 			}
@@ -236,8 +278,8 @@ func (r *report) markdown() string {
 				for procs := 1; procs <= 2; procs++ {
 					w("| %v | %d |", op, procs)
 					for _, p := range r.peers[1:] {
-						if x := r.ratio(v, procs, op, p); x > 0 {
-							w(" %s |", fmtRatio(x))
+						if x, lo, hi := r.ratioRange(v, procs, op, p); x > 0 {
+							w(" %s |", fmtRatioRange(x, lo, hi))
 						} else {
 							w(" n/a |")
 						}
@@ -260,6 +302,56 @@ func (r *report) markdown() string {
 		for _, x := range r.ring {
 			w("| %s | %s | %s | %v | %v |\n", x.peer, fmtOps(x.throughput), fmtRatio(ours/x.throughput),
 				x.p50.Round(100*time.Nanosecond), x.p99.Round(100*time.Nanosecond))
+		}
+		w("\n")
+	}
+
+	if len(r.lat) > 0 {
+		w("## Latency: one operation at a time\n\n")
+		w("Each operation timed on its own (see the note below for the method); 64-byte values, one key (so one stripe and one slot) or one ring. ")
+		w("\"2\": a second process does the same operation on the same key or ring meanwhile (for Load it stores to the key being read); for the RWMutex map, a second goroutine. ")
+		w("Chart: [latency-1proc.svg](latency-1proc.svg), [latency-2proc.svg](latency-2proc.svg).\n\n")
+		w("| operation | procs | peer | p50 | p99 | p99.9 | max | operations timed |\n|---|---:|---|---:|---:|---:|---:|---:|\n")
+		for _, op := range latOps {
+			for procs := 1; procs <= 2; procs++ {
+				for _, x := range r.lat {
+					if x.op != op || x.procs != procs {
+						continue
+					}
+					peer := x.peer
+					if x.note != "" {
+						peer += " (" + x.note + ")"
+					}
+					if x.busy > 0 {
+						peer += fmt.Sprintf(" (%d returned busy, as not found)", x.busy)
+					}
+					w("| %s | %d | %s | %v | %v | %v | %v | %d |\n", op, procs, peer, fmtLat(x.p50), fmtLat(x.p99), fmtLat(x.p999), fmtLat(x.max), x.n)
+				}
+			}
+		}
+		w("\n")
+	}
+
+	if t := r.touch; t != nil {
+		w("## First touch: a new worker's first %s operations\n\n", fmtCount(t.ops))
+		w("This is the cold row the warmed tables above leave out on purpose: a worker process starts, opens an arena another process built and filled, and times its first %s operations on random keys, then the same ones again. ", fmtCount(t.ops))
+		w("Medians of the rounds, range in brackets; \"cold / again\" is how many times slower the first pass ran.\n\n")
+		w("| arena | kind | Prefault took | first %s ops | page faults in them | the same again | cold / again |\n|---|---|---:|---:|---:|---:|---:|\n", fmtCount(t.ops))
+		for _, c := range t.cells {
+			pre := "-"
+			if c.prefault[0] > 0 {
+				pre = fmtDurRange(c.prefault)
+			}
+			var fl []float64
+			for _, f := range c.coldFaults {
+				fl = append(fl, float64(f))
+			}
+			var ratios []float64
+			for i := range c.cold {
+				ratios = append(ratios, float64(c.cold[i])/float64(c.warm[i]))
+			}
+			w("| %s (%.0f MiB%s) | %s | %s | %s | %.0f | %s | %s |\n", c.variant, c.arenaMB, hugeNote(c.hugeMiB), c.kind, pre, fmtDurRange(c.cold), median(fl),
+				fmtDurRange(c.warm), fmtRatioRange(median(ratios), slices.Min(ratios), slices.Max(ratios)))
 		}
 		w("\n")
 	}
@@ -304,10 +396,118 @@ func (r *report) chartFiles() []string {
 	if len(r.ring) > 0 {
 		out = append(out, "ring.svg")
 	}
+	if len(r.lat) > 0 {
+		out = append(out, "latency-1proc.svg", "latency-2proc.svg")
+	}
 	if r.scale != nil {
 		out = append(out, "scale-load.svg", "scale-size.svg")
 	}
 	return out
+}
+
+// fmtCount writes n with thousands separators.
+func fmtCount(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+func hugeNote(mib float64) string {
+	if mib <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %.0f MiB of it in huge pages", mib)
+}
+
+func fmtLat(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.1f s", float64(d)/1e9)
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/1e6)
+	case d >= 10*time.Microsecond:
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	case d >= time.Microsecond:
+		return fmt.Sprintf("%.1f µs", float64(d)/1e3)
+	}
+	return fmt.Sprintf("%d ns", d.Nanoseconds())
+}
+
+// durTicks labels a log10(ns) axis in time units.
+type durTicks struct{}
+
+func (durTicks) Ticks(min, max float64) []plot.Tick {
+	var ts []plot.Tick
+	for k := math.Floor(min); k <= math.Ceil(max); k++ {
+		ts = append(ts, plot.Tick{Value: k, Label: fmtLat(time.Duration(math.Pow(10, k)))})
+	}
+	return ts
+}
+
+// latencyCharts draws, per process count, p50/p99/p99.9 bars per peer
+// for each operation, on a log scale.
+func (r *report) latencyCharts(dir string) error {
+	shades := map[string][3]color.RGBA{
+		"shmarena":    {{0x1f, 0x4e, 0x9c, 255}, {0x4a, 0x7f, 0xd0, 255}, {0x9c, 0xbd, 0xee, 255}},
+		"RWMutex map": {{0x2e, 0x7d, 0x32, 255}, {0x5c, 0xb0, 0x60, 255}, {0xa5, 0xd6, 0xa7, 255}},
+		"Redis":       {{0xb7, 0x1c, 0x1c, 255}, {0xe5, 0x52, 0x52, 255}, {0xf4, 0xa3, 0xa3, 255}},
+	}
+	for procs := 1; procs <= 2; procs++ {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("Latency of one operation, %d process(es) (log scale; bars: p50, p99, p99.9)", procs)
+		p.Y.Label.Text = "time per operation"
+		p.Y.Tick.Marker = durTicks{}
+		var peersShown []string
+		for _, peer := range latPeers {
+			for _, x := range r.lat {
+				if x.peer == peer && !slices.Contains(peersShown, peer) {
+					peersShown = append(peersShown, peer)
+				}
+			}
+		}
+		w := vg.Points(7)
+		nb := 3 * len(peersShown)
+		top, bottom := 0.0, math.Inf(1)
+		for i, peer := range peersShown {
+			for q := 0; q < 3; q++ {
+				vals := make(plotter.Values, len(latOps))
+				for j, op := range latOps {
+					for _, x := range r.lat {
+						if x.peer == peer && x.op == op && x.procs == procs {
+							d := [3]time.Duration{x.p50, x.p99, x.p999}[q]
+							vals[j] = math.Log10(float64(max(d, 1)))
+							top, bottom = max(top, vals[j]), min(bottom, vals[j])
+						}
+					}
+				}
+				bc, err := plotter.NewBarChart(vals, w)
+				if err != nil {
+					return err
+				}
+				bc.LineStyle.Width = 0
+				bc.Color = shades[peer][q]
+				k := 3*i + q
+				bc.Offset = w * vg.Length(float64(k)-float64(nb-1)/2)
+				p.Add(bc)
+				p.Legend.Add(fmt.Sprintf("%s %s", peer, [3]string{"p50", "p99", "p99.9"}[q]), bc)
+			}
+		}
+		p.Legend.Top = true
+		p.Legend.Left = true
+		p.Legend.XOffs = vg.Points(10)
+		p.NominalX(latOps...)
+		p.X.Min, p.X.Max = -0.7, float64(len(latOps))-0.3
+		p.Y.Min = math.Max(0, math.Floor(bottom)-0.5)
+		p.Y.Max = math.Ceil(top) + 2.5 // room for the legend
+		if err := p.Save(26*vg.Centimeter, 13*vg.Centimeter, filepath.Join(dir, fmt.Sprintf("latency-%dproc.svg", procs))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // log10 ticks labelled as powers of ten, for bar charts of log10 values.
@@ -322,6 +522,11 @@ func (powTicks) Ticks(min, max float64) []plot.Tick {
 }
 
 func (r *report) charts(dir string) error {
+	if len(r.lat) > 0 {
+		if err := r.latencyCharts(dir); err != nil {
+			return err
+		}
+	}
 	for _, v := range r.vsizes() {
 		for procs := 1; procs <= 2; procs++ {
 			p := plot.New()
@@ -459,4 +664,17 @@ func (r *report) charts(dir string) error {
 		}
 	}
 	return nil
+}
+
+// median of xs (not modified); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -644,3 +644,20 @@ var lmdbOpen func(env *benchEnv, vsize int, create bool) (Store, error)
 // lmdbMissing explains the missing LMDB peer when lmdb.go is not built.
 const lmdbMissing = "LMDB not measured: the maintained Go binding github.com/PowerDNS/lmdb-go (and the older github.com/bmatsuo/lmdb-go) " +
 	"are refused by this machine's Go module proxy (403 \"not available\"), so no binding could be fetched."
+
+// Warm reads every key once, untimed (see warm): the counters map for
+// counter adds, the values map otherwise. A miss ends at its tag byte
+// without touching the slot an insert would write, so before inserts it
+// also calls Arena.Prefault, as a worker that wants warm pages would.
+func (s *shmStore) Warm(op Op, keys []string) {
+	m := s.m
+	if op == OpAdd {
+		m = s.c
+	}
+	for _, k := range keys {
+		s.buf, _ = m.AppendLoad(s.buf[:0], k)
+	}
+	if op == OpInsert {
+		_, _ = s.a.Prefault()
+	}
+}
