@@ -155,17 +155,14 @@ type ArenaStats struct {
 	Regions   []RegionStats
 }
 
-// RegionStats are one region's counters: Map (and LongestProbe) for a
-// map, Ring and Groups for a ring.
+// RegionStats are one region's counters: Map for a map, Ring and Groups
+// for a ring.
 type RegionStats struct {
 	Name  string
 	Kind  RegionKind
 	Bytes int64
-	Map   *MapStats `json:",omitempty"`
-	// LongestProbe is the longest distance, in slots, any insert went
-	// from a key's home slot: the most slots a lookup may visit, less one.
-	LongestProbe uint64     `json:",omitempty"`
-	Ring         *RingStats `json:",omitempty"`
+	Map   *MapStats  `json:",omitempty"`
+	Ring  *RingStats `json:",omitempty"`
 	// Groups are the ring's consumer groups, as Ring.Groups returns them.
 	Groups []GroupStats `json:",omitempty"`
 }
@@ -191,7 +188,7 @@ func (a *Arena) Stats() (ArenaStats, error) {
 		switch rs.Kind {
 		case KindMap:
 			ms := newMap(a, e).Stats()
-			rs.Map, rs.LongestProbe = &ms, mem.Load64(a.mem, int(e.Offset)+mhMaxProbe)
+			rs.Map = &ms
 		case KindRing:
 			if cerr := checkRingEntry(a.mem, e); cerr != nil {
 				err = fmt.Errorf("shmarena: ring %s: %w: %v", quote(e.Name), ErrCorrupt, cerr)

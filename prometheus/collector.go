@@ -23,7 +23,7 @@
 //	                                      (used, capacity, ...), uint64s are
 //	                                      counters (busy_total, full_total,
 //	                                      expired_total, recoveries_total, ...)
-//	shmarena_map_longest_probe_slots      gauge
+//	shmarena_map_longest_probe_slots      gauge (MapStats.MaxProbe)
 //	shmarena_ring_<field>                 a RingStats field, the same way
 //	                                      (published_total, slots, ...)
 //	shmarena_group_position, _lag, _pending, _floor, _oldest_pending_seconds  gauges
@@ -113,6 +113,9 @@ func fields(prefix string, t reflect.Type, labels []string) []field {
 	var out []field
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
+		if f.Name == "MaxProbe" {
+			continue // shmarena_map_longest_probe_slots, with its unit
+		}
 		name := prefix + snake(f.Name)
 		var typ prometheus.ValueType
 		switch f.Type.Kind() {
@@ -179,7 +182,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		switch {
 		case r.Map != nil:
 			emit(ch, c.mapFields, reflect.ValueOf(*r.Map), r.Name)
-			ch <- prometheus.MustNewConstMetric(c.probe, prometheus.GaugeValue, float64(r.LongestProbe), r.Name)
+			ch <- prometheus.MustNewConstMetric(c.probe, prometheus.GaugeValue, float64(r.Map.MaxProbe), r.Name)
 		case r.Ring != nil:
 			emit(ch, c.ringFields, reflect.ValueOf(*r.Ring), r.Name)
 			for _, g := range r.Groups {

@@ -55,7 +55,7 @@ func TestCollectorReadsAtScrapeTime(t *testing.T) {
 shmarena_map_used{region="cache"} %d
 # HELP shmarena_map_tombstones MapStats.Tombstones (see the shmarena package documentation).
 # TYPE shmarena_map_tombstones gauge
-shmarena_map_tombstones{region="cache"} 1
+shmarena_map_tombstones{region="cache"} 0
 # HELP shmarena_ring_published_total RingStats.Published (see the shmarena package documentation).
 # TYPE shmarena_ring_published_total counter
 shmarena_ring_published_total{region="jobs"} %d

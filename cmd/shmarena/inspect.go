@@ -215,6 +215,9 @@ func printStats(e *env, cur sample, prev *sample) {
 				_, before = numericFields(*old.Map)
 			}
 			for i, n := range names {
+				if n == "MaxProbe" {
+					continue // below, with its unit
+				}
 				v := fmt.Sprint(vals[i])
 				if n == "Used" {
 					v += fmt.Sprintf(" (%s full)", percent(vals[i], int64(r.Map.Capacity)))
@@ -225,7 +228,7 @@ func printStats(e *env, cur sample, prev *sample) {
 				}
 				t.row("  "+label(n), v, rt)
 			}
-			t.row("  longest probe", fmt.Sprintf("%d slots", r.LongestProbe), "")
+			t.row("  longest probe", fmt.Sprintf("%d slots", r.Map.MaxProbe), "")
 			t.flush()
 		case r.Ring != nil:
 			fmt.Fprintf(w, "ring %q (%s, %d slots x %s)\n", r.Name, bytesText(r.Bytes), r.Ring.Slots, bytesText(int64(r.Ring.SlotSize)))
