@@ -63,7 +63,7 @@ func TestArenaStatsAndInfo(t *testing.T) {
 	assert.WithinDuration(t, time.Now(), in.Created, time.Minute)
 	require.Len(t, in.Regions, 2)
 	assert.Equal(t, RegionInfo{Name: "m", Kind: KindMap, Offset: in.Regions[0].Offset, Length: in.Regions[0].Length,
-		Slots: 64, SlotSize: 256, Stripes: 4}, in.Regions[0])
+		Slots: 64, SlotSize: 256, Stripes: 1}, in.Regions[0], "64 slots make one segment, whatever the stripes asked")
 	assert.Equal(t, 4, in.Regions[1].MaxInFlight)
 	require.Len(t, in.Processes, 1)
 	assert.Equal(t, os.Getpid(), in.Processes[0].Pid)

@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,7 +29,7 @@ func TestOpenErrorsNameTheFix(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Open(path)
 	require.ErrorIs(t, err, ErrIncompatible)
-	assert.Contains(t, err.Error(), "layout version 99, this build reads 4")
+	assert.Contains(t, err.Error(), fmt.Sprintf("layout version 99, this build reads %d", layout.Version))
 	assert.Contains(t, err.Error(), "remove the file to start afresh")
 	_, err = patch64(path, layout.OffVersion, old)
 	require.NoError(t, err)
