@@ -1,7 +1,9 @@
 package shmarena
 
 import (
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/stretchr/testify/require"
@@ -71,4 +73,57 @@ func TestMapChurnKeepsShape(t *testing.T) {
 	require.Zero(t, tomb)
 	require.Less(t, dist, 1.25*dist0)
 	require.Less(t, run, 1.25*run0)
+}
+
+// A plain map at 90% live whose keys expire as new ones come (TTL churn:
+// each new key's arrival lapses the oldest) keeps taking new keys: expiry
+// is lazy, so lapsed entries nobody reads or passes pile up until, with
+// about 97% of a segment's slots held, a new key's 1,024-slot window has
+// no free slot; before refusing, the insert sweeps its segment's lapsed
+// entries (BenchmarkMapChurn's ttl/90% rows failed with ErrFull without).
+func TestMapTTLChurnAtNinetyPercent(t *testing.T) {
+	n := 65536
+	a, _ := tempArena(t, 8<<20)
+	m, err := a.Map("m", WithSlots(n), WithSlotSize(64))
+	require.NoError(t, err)
+	live := n * 90 / 100
+	for i := 0; i < live+4*n; i++ {
+		require.NoError(t, m.Store(benchKey(i), nil, WithTTL(time.Hour)), "insert %d", i)
+		if i >= live {
+			m.Expire(benchKey(i-live), time.Nanosecond)
+		}
+	}
+	st := m.Stats()
+	t.Logf("%+v", st)
+	require.Positive(t, st.Expired)
+	require.Zero(t, st.Full)
+	for i := 4 * n; i < live+4*n; i += 97 {
+		require.True(t, m.Exists(benchKey(i)), "live key %d", i)
+	}
+}
+
+// sweepLapsed removes every lapsed entry of the segment, and nothing else.
+func TestMapSweepLapsed(t *testing.T) {
+	a, _ := tempArena(t, 2<<20)
+	m, err := a.Map("m", WithSlots(4096), WithSlotSize(48))
+	require.NoError(t, err)
+	for i := range 3000 {
+		var opts []WriteOption
+		if i%3 == 0 {
+			opts = append(opts, WithTTL(time.Millisecond))
+		}
+		require.NoError(t, m.Store("k"+strconv.Itoa(i), nil, opts...))
+	}
+	time.Sleep(3 * time.Millisecond)
+	before := m.Stats().Expired // inserts collected some on their paths
+	require.Equal(t, 1000-int(before), m.sweepLapsed(0))
+	require.Equal(t, uint64(1000), m.Stats().Expired)
+	require.Equal(t, 2000, m.Len())
+	l, tomb, _, _, _ := tableShape(m)
+	require.Equal(t, 2000, l)
+	require.Zero(t, tomb)
+	for i := range 3000 {
+		require.Equal(t, i%3 != 0, m.Exists("k"+strconv.Itoa(i)), "k%d", i)
+	}
+	require.Zero(t, m.sweepLapsed(0))
 }

@@ -113,6 +113,36 @@ func (m *Map) collectPath(s uint64, h uint64) {
 	}
 }
 
+// sweepLapsed removes every lapsed entry of segment s, counting them in
+// Expired, and returns how many it removed: what a plain map does before
+// it refuses a key for want of room, since expiry is lazy and entries
+// nobody reads or passes would otherwise hold their slots for good. A
+// removal moves later entries back into the slot, so the slot is looked
+// at again; the walk is bounded at twice the segment's slots whatever the
+// file holds.
+func (m *Map) sweepLapsed(s uint64) (n int) {
+	if mem.Load64(m.mem, m.base+mhDeadlines) == 0 {
+		return 0
+	}
+	sp := m.span(s)
+	for i, steps := sp.lo, uint64(0); i < sp.hi && steps < 2*sp.len(); steps++ {
+		off := m.slotOff(i)
+		meta := mem.Load64(m.mem, off+sMeta)
+		deadline := int64(mem.Load64(m.mem, off+sDeadline))
+		if metaState(meta) != stateLive || !lapsed(deadline) {
+			i++
+			continue
+		}
+		v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: meta, deadline: deadline}
+		if v.ver&1 != 0 || !m.remove(s, v) {
+			return n
+		}
+		m.stat(mhExpired)
+		n++
+	}
+	return n
+}
+
 // claim begins the free slot for a new key with hash h, holding its
 // stripe s. It returns the slot's odd version (for end) and whether it was
 // a tombstone.
@@ -214,6 +244,9 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	}
 	if m.q.on {
 		free = m.makeRoom(s, e.h, free)
+	}
+	if free.off < 0 && !m.q.on && m.sweepLapsed(s) > 0 {
+		free = m.firstFree(e.h)
 	}
 	if free.off < 0 {
 		if m.q.on {
