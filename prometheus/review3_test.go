@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/shmarena/shmarena"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,16 +32,16 @@ func scrape(t *testing.T, c prometheus.Collector) map[string]float64 {
 					k += "{" + l.GetValue() + "}"
 				}
 			}
-			out[k] = value(mf.GetType(), m)
+			if m.GetCounter() != nil {
+				out[k] = m.GetCounter().GetValue()
+			} else {
+				out[k] = m.GetGauge().GetValue()
+			}
 		}
 	}
 	return out
 }
 
-func value(t dto.MetricType, m *dto.Metric) float64 {
-	if t == dto.MetricType_COUNTER {
-		return m.GetCounter().GetValue()
-	}
 	return m.GetGauge().GetValue()
 }
 
