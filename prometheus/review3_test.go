@@ -42,9 +42,6 @@ func scrape(t *testing.T, c prometheus.Collector) map[string]float64 {
 	return out
 }
 
-	return m.GetGauge().GetValue()
-}
-
 // The collector on a read-only handle exports an evicting map's and a
 // typed map's eviction figures, its counters never go down across Clear,
 // and a scrape writes nothing.
