@@ -512,3 +512,44 @@ func TestReview3TinyAndBoundaryEvictingMaps(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, fs)
 }
+
+// Check compares a map's counts with its slots only when the counts held
+// still during the scan; an evicting map at capacity keeps Used constant
+// while every insert evicts another entry, so the counts "hold still"
+// while the slots change under the scan.
+func TestReview3CheckCountsOfAFullCache(t *testing.T) {
+	t.Skip("open bug: Check takes unchanged count words for a still map (hashmap_check.go:56); a full evicting map's Used stays put while inserts evict, and Check reports \"counts say N live ..., the slots hold N±k\" (hashmap_check.go:68)")
+	a, _ := tempArena(t, 8<<20)
+	m, err := a.Map("ev", WithSlots(8192), WithSlotSize(64), WithEviction())
+	require.NoError(t, err)
+	for i := range 3 * 8192 {
+		require.NoError(t, m.Store("f"+strconv.Itoa(i), []byte("v")))
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				_ = m.Store("g"+strconv.Itoa(g)+":"+strconv.Itoa(i), []byte("v"))
+			}
+		}()
+	}
+	var findings []string
+	for i := 0; i < 500 && len(findings) == 0; i++ {
+		fs, err := a.Check()
+		require.NoError(t, err)
+		for _, f := range fs {
+			if strings.Contains(f.String(), "counts say") {
+				findings = append(findings, f.String())
+			}
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	fs, err := a.Check()
+	require.NoError(t, err)
+	require.Empty(t, fs, "the map is healthy at rest")
+	assert.Empty(t, findings, "Check while a full cache evicts")
+}
