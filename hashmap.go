@@ -20,8 +20,9 @@ import (
 //	128  stripes x 192 bytes, one per segment: lock word; the slot index+1
 //	     being written (0 = none), so a recoverer knows which slot a dead
 //	     writer held; the segment's used and tombstone counts; at 32 the
-//	     lock's futex word for parked waiters (see internal/rlock); at 48
-//	     the slot index+1 an entry is moving from. At 64 the eviction
+//	     lock's futex word for parked waiters (see internal/rlock); at 40
+//	     a count of the lock's releases; at 48 the slot index+1 an entry
+//	     is moving from. At 64 the eviction
 //	     queues' heads and tails (small, then main), counted up forever.
 //	     At 128, alone in its cache line because every read loads it, the
 //	     move version, odd while entries move (see readKey).
@@ -383,6 +384,7 @@ const (
 	stUsed     = 16
 	stTomb     = 24
 	stMoveVer  = 128
+	stWrites   = 40 // bumped by every release of the lock: see checkSegment
 	stMoveFrom = 48
 )
 

@@ -51,7 +51,15 @@ func (m *Map) errLockLost(s uint64) error {
 
 // release frees stripe s without ending an operation; false when the lock
 // was no longer this handle's.
-func (m *Map) release(s uint64) bool { return rlock.Release(m.mem, m.lockOff(s), m.a.self) }
+//
+// It counts the release first, still holding the lock, so a reader that
+// sees the lock free and the count unchanged on both sides of a read of
+// the segment knows no write ran in between (see checkSegment).
+func (m *Map) release(s uint64) bool {
+	o := m.lockOff(s) + stWrites
+	mem.Put64(m.mem, o, mem.Load64(m.mem, o)+1)
+	return rlock.Release(m.mem, m.lockOff(s), m.a.self)
+}
 
 // repairDead takes over stripe s from a dead owner if it can, repairs it
 // and releases it.
