@@ -22,7 +22,7 @@ import (
 //	     writer held; the segment's used and tombstone counts; at 32 the
 //	     lock's futex word for parked waiters (see internal/rlock); at 40
 //	     a count of the lock's releases; at 48 the slot index+1 an entry
-//	     is moving from. At 64 the eviction
+//	     is moving from; at 56 the segment's sweep cursor. At 64 the eviction
 //	     queues' heads and tails (small, then main), counted up forever.
 //	     At 128, alone in its cache line because every read loads it, the
 //	     move version, odd while entries move (see readKey).
@@ -385,6 +385,7 @@ const (
 	stTomb     = 24
 	stMoveVer  = 128
 	stWrites   = 40 // bumped by every release of the lock: see checkSegment
+	stSweep    = 56 // where the next insert's sweep of lapsed entries starts (see sweepSome)
 	stMoveFrom = 48
 )
 

@@ -28,6 +28,7 @@ func (m *Map) locate(key string, h uint64, s uint64) (v view, free view, found b
 	// The key is absent (its segment is ours, so it stays so).
 	if mem.Load64(m.mem, m.base+mhDeadlines) != 0 {
 		m.collectPath(s, h)
+		m.sweepSome(s)
 	}
 	return v, m.firstFree(h), false
 }
@@ -141,6 +142,38 @@ func (m *Map) sweepLapsed(s uint64) (n int) {
 		n++
 	}
 	return n
+}
+
+// sweepStep is how many slots each insert into a map with deadlines
+// sweeps for lapsed entries, beyond its own path: Redis's active expiry
+// samples keys in the same spirit. Without it, entries that lapse where no
+// read or insert passes hold their slots and lengthen every probe through
+// them (misses after 100 capacities of TTL churn at 50% live cost 1.58x a
+// fresh table's); with it a segment of 4,096 slots is swept every 1,024
+// inserts into it.
+const sweepStep = 4
+
+// sweepSome looks at the next sweepStep slots of segment s from its sweep
+// cursor and removes the lapsed entries among them (counted in Expired).
+func (m *Map) sweepSome(s uint64) {
+	sp := m.span(s)
+	o := m.lockOff(s) + stSweep
+	c := mem.Load64(m.mem, o)
+	mem.Put64(m.mem, o, c+sweepStep)
+	for k := uint64(0); k < sweepStep; k++ {
+		i := sp.lo + (c+k)%sp.len()
+		off := m.slotOff(i)
+		meta := mem.Load64(m.mem, off+sMeta)
+		deadline := int64(mem.Load64(m.mem, off+sDeadline))
+		if metaState(meta) != stateLive || !lapsed(deadline) {
+			continue
+		}
+		v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: meta, deadline: deadline}
+		if v.ver&1 != 0 || !m.remove(s, v) {
+			return
+		}
+		m.stat(mhExpired)
+	}
 }
 
 // claim begins the free slot for a new key with hash h, holding its
