@@ -24,9 +24,10 @@ func crashEvictMap(a *Arena) (*Map, error) {
 }
 
 func init() {
-	// crash-evict-op stores new keys (SHMARENA_OP=store) or deletes the
-	// keys "k0" on (delete) until it reaches crash point SHMARENA_POINT,
-	// where it parks until killed.
+	// crash-evict-op runs SHMARENA_OP on the crash-evict map (store: new
+	// keys; overwrite and delete: k0, k1, ...; clear; add: one counter)
+	// until it reaches crash point SHMARENA_POINT, where it parks until
+	// killed.
 	childRoles["crash-evict-op"] = func() error {
 		a, err := Open(os.Getenv("SHMARENA_PATH"))
 		if err != nil {
@@ -42,8 +43,15 @@ func init() {
 			case "store":
 				k := "new" + strconv.Itoa(i)
 				err = m.Store(k, churnValue(k))
+			case "overwrite":
+				k := "k" + strconv.Itoa(i)
+				err = m.Store(k, churnValue(k))
 			case "delete":
 				m.Delete("k" + strconv.Itoa(i))
+			case "clear":
+				m.Clear()
+			case "add":
+				_, err = m.Add("ctr", 1)
 			}
 			if err != nil {
 				return err
@@ -139,4 +147,54 @@ func TestCrashInsideEvictionAndMoves(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An evicting map at capacity evicts lapsed entries first, counted as
+// Expired, not Evicted; and a read counts a use with at most one byte
+// written, none once the count reaches 3, in the use byte beside the tags.
+func TestEvictionTakesLapsedFirstAndHitsStopWriting(t *testing.T) {
+	a, _ := tempArena(t, 1<<20)
+	m, err := crashEvictMap(a)
+	require.NoError(t, err)
+	c := int(capacity(m.span(0).len()))
+	for i := range c {
+		var opts []WriteOption
+		if i%4 == 0 {
+			opts = append(opts, WithTTL(time.Millisecond))
+		}
+		k := "k" + strconv.Itoa(i)
+		require.NoError(t, m.Store(k, churnValue(k), opts...))
+		m.Load(k) // read once: no live key is a first choice for eviction
+	}
+	time.Sleep(3 * time.Millisecond)
+	before := m.Stats()
+	lapsedKeys := (c + 3) / 4
+	for i := range lapsedKeys / 2 {
+		k := "new" + strconv.Itoa(i)
+		require.NoError(t, m.Store(k, churnValue(k)))
+	}
+	st := m.Stats()
+	assert.Equal(t, before.Evicted, st.Evicted, "live keys evicted while lapsed ones held slots")
+	assert.GreaterOrEqual(t, st.Expired-before.Expired, uint64(lapsedKeys/2), "each new key's room came from a lapsed entry")
+	for i := 1; i < c; i += 4 {
+		assert.True(t, m.Exists("k"+strconv.Itoa(i)), "live key k%d", i)
+	}
+
+	// Use counts: one per hit up to 3, then the byte is left alone.
+	k := "k1"
+	v, _, ok := m.readKey(k, m.hashKey(k), nil, false)
+	require.True(t, ok)
+	i := m.slotIndex(v.off)
+	m.setUse(i, m.use(i)&^useCount)
+	for want := byte(1); want <= 5; want++ {
+		m.Load(k)
+		assert.Equal(t, min(want, useCount), m.use(i)&useCount, "after %d hits", want)
+	}
+	m.setUse(i, m.use(i)|useCount)
+	word := m.q.useBase + int(i)&^3
+	w0 := mem.Load32(m.mem, word)
+	for range 100 {
+		m.Load(k)
+	}
+	assert.Equal(t, w0, mem.Load32(m.mem, word), "a hit at the cap wrote")
 }

@@ -34,12 +34,11 @@ func (m *Map) repairSegment(s uint64) {
 		if ver&1 == 0 {
 			continue
 		}
-		meta := mem.Load64(m.mem, off+sMeta)
-		if from != i+1 || metaState(meta) != stateLive || !m.valid(meta) {
-			mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
-			mem.Store64(m.mem, off+sDeadline, 0)
+		if meta := mem.Load64(m.mem, off+sMeta); from == i+1 && metaState(meta) == stateLive && m.valid(meta) {
+			mem.Store64(m.mem, off+sVersion, m.rested(ver)) // the move's whole source: kept
+		} else {
+			m.clearAt(i, stateTombstone)
 		}
-		mem.Store64(m.mem, off+sVersion, m.rested(ver))
 	}
 	m.dropDuplicates(s, sp)
 	m.reseat(s, sp)
@@ -75,7 +74,7 @@ func (m *Map) dropDuplicates(s uint64, sp span) {
 			continue
 		}
 		if !m.sound(s, off, meta) {
-			m.tombstoneAt(i)
+			m.clearAt(i, stateTombstone)
 			continue
 		}
 		h := mem.Load64(m.mem, off+sHash)
@@ -92,7 +91,7 @@ func (m *Map) dropDuplicates(s uint64, sp span) {
 					continue
 				}
 				if sp.dist(home, at[a]) < sp.dist(home, at[b]) {
-					m.tombstoneAt(at[a])
+					m.clearAt(at[a], stateTombstone)
 					break
 				}
 			}
@@ -110,15 +109,21 @@ func (m *Map) sameKey(i, j uint64) bool {
 	return mem.Equal(m.mem, keyOff(b, mb), ka)
 }
 
-// tombstoneAt makes slot i a tombstone, as one write; the caller repairs
-// the segment.
-func (m *Map) tombstoneAt(i uint64) {
+// clearAt makes slot i empty or a tombstone, as one write, in a segment
+// being repaired (no intent, no lost-lock check: the repairer holds the
+// segment, or runs alone after a reboot).
+func (m *Map) clearAt(i uint64, state uint64) {
 	off := m.slotOff(i)
-	ver := mem.Load64(m.mem, off+sVersion)
-	mem.Store64(m.mem, off+sVersion, ver|1)
-	mem.Store64(m.mem, off+sMeta, metaOf(stateTombstone, 0, 0, 0))
+	ver := mem.Load64(m.mem, off+sVersion) | 1
+	mem.Store64(m.mem, off+sVersion, ver)
+	mem.Store64(m.mem, off+sMeta, metaOf(state, 0, 0, 0))
 	mem.Store64(m.mem, off+sDeadline, 0)
-	mem.Store64(m.mem, off+sVersion, m.rested(ver|1))
+	if state == stateEmpty {
+		m.setTag(i, 0)
+	} else {
+		m.setTag(i, tagTombstone)
+	}
+	mem.Store64(m.mem, off+sVersion, m.rested(ver))
 }
 
 // reseat empties every tombstone of sp, then moves each key that an empty
@@ -129,7 +134,7 @@ func (m *Map) reseat(s uint64, sp span) {
 	for i := sp.lo; i < sp.hi; i++ {
 		off := m.slotOff(i)
 		if metaState(mem.Load64(m.mem, off+sMeta)) != stateLive {
-			m.emptyAt(i)
+			m.clearAt(i, stateEmpty)
 		}
 	}
 	for range 4 {
@@ -143,7 +148,7 @@ func (m *Map) reseat(s uint64, sp span) {
 			for k := home; k != i; k = sp.add(k, 1) {
 				if metaState(mem.Load64(m.mem, m.slotOff(k)+sMeta)) == stateEmpty {
 					m.move(s, i, k)
-					m.emptyAt(i)
+					m.clearAt(i, stateEmpty)
 					moved = true
 					break
 				}
@@ -162,17 +167,6 @@ func (m *Map) reseat(s uint64, sp span) {
 			m.setTag(i, 0)
 		}
 	}
-}
-
-// emptyAt makes slot i empty, as one write.
-func (m *Map) emptyAt(i uint64) {
-	off := m.slotOff(i)
-	ver := mem.Load64(m.mem, off+sVersion)
-	mem.Store64(m.mem, off+sVersion, ver|1)
-	mem.Store64(m.mem, off+sMeta, metaOf(stateEmpty, 0, 0, 0))
-	mem.Store64(m.mem, off+sDeadline, 0)
-	m.setTag(i, 0)
-	mem.Store64(m.mem, off+sVersion, m.rested(ver|1))
 }
 
 // recountSegment sets segment s's counts from its slots.

@@ -83,63 +83,50 @@ func (m *Map) seek(key string, h uint64) (view, bool) {
 }
 
 // collectPath removes the lapsed entries on h's probe path, up to the
-// first empty slot, counting them in Expired. A removal may move entries
-// back over the path (see remove), so each starts the walk again; a few
-// suffice to keep the path clean, and the bound keeps an insert's cost
-// bounded whatever the file holds.
+// first empty slot. A removal may move entries back over the path (see
+// remove), so each starts the walk again; a few suffice to keep the path
+// clean, and the bound keeps an insert's cost bounded whatever the file
+// holds.
 func (m *Map) collectPath(s uint64, h uint64) {
 	_, sp, home := m.place(h)
 	for range 8 {
-		i, left := home, m.probeLimit(sp)
-		found := false
-		for ; left > 0; i, left = sp.add(i, 1), left-1 {
-			off := m.slotOff(i)
-			meta := mem.Load64(m.mem, off+sMeta)
-			if metaState(meta) == stateEmpty {
+		removed := false
+		for i, left := home, m.probeLimit(sp); left > 0 && !removed; i, left = sp.add(i, 1), left-1 {
+			if metaState(mem.Load64(m.mem, m.slotOff(i)+sMeta)) == stateEmpty {
 				break
 			}
-			deadline := int64(mem.Load64(m.mem, off+sDeadline))
-			if metaState(meta) == stateLive && lapsed(deadline) {
-				v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: meta, deadline: deadline}
-				if v.ver&1 == 0 && m.remove(s, v) {
-					m.stat(mhExpired)
-					found = true
-				}
-				break
+			var ok bool
+			if removed, ok = m.expireAt(s, i); !ok {
+				return
 			}
 		}
-		if !found {
+		if !removed {
 			return
 		}
 	}
 }
 
-// sweepLapsed removes every lapsed entry of segment s, counting them in
-// Expired, and returns how many it removed: what a plain map does before
-// it refuses a key for want of room, since expiry is lazy and entries
-// nobody reads or passes would otherwise hold their slots for good. A
-// removal moves later entries back into the slot, so the slot is looked
-// at again; the walk is bounded at twice the segment's slots whatever the
-// file holds.
+// sweepLapsed removes every lapsed entry of segment s and returns how many
+// it removed: what a plain map does before it refuses a key for want of
+// room, since expiry is lazy and entries nobody reads or passes would
+// otherwise hold their slots for good. A removal moves later entries back
+// into the slot, so the slot is looked at again; the walk is bounded at
+// twice the segment's slots whatever the file holds.
 func (m *Map) sweepLapsed(s uint64) (n int) {
 	if mem.Load64(m.mem, m.base+mhDeadlines) == 0 {
 		return 0
 	}
 	sp := m.span(s)
 	for i, steps := sp.lo, uint64(0); i < sp.hi && steps < 2*sp.len(); steps++ {
-		off := m.slotOff(i)
-		meta := mem.Load64(m.mem, off+sMeta)
-		deadline := int64(mem.Load64(m.mem, off+sDeadline))
-		if metaState(meta) != stateLive || !lapsed(deadline) {
-			i++
-			continue
-		}
-		v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: meta, deadline: deadline}
-		if v.ver&1 != 0 || !m.remove(s, v) {
+		removed, ok := m.expireAt(s, i)
+		switch {
+		case !ok:
 			return n
+		case removed:
+			n++
+		default:
+			i++
 		}
-		m.stat(mhExpired)
-		n++
 	}
 	return n
 }
@@ -154,26 +141,35 @@ func (m *Map) sweepLapsed(s uint64) (n int) {
 const sweepStep = 4
 
 // sweepSome looks at the next sweepStep slots of segment s from its sweep
-// cursor and removes the lapsed entries among them (counted in Expired).
+// cursor and removes the lapsed entries among them.
 func (m *Map) sweepSome(s uint64) {
 	sp := m.span(s)
 	o := m.lockOff(s) + stSweep
 	c := mem.Load64(m.mem, o)
 	mem.Put64(m.mem, o, c+sweepStep)
 	for k := uint64(0); k < sweepStep; k++ {
-		i := sp.lo + (c+k)%sp.len()
-		off := m.slotOff(i)
-		meta := mem.Load64(m.mem, off+sMeta)
-		deadline := int64(mem.Load64(m.mem, off+sDeadline))
-		if metaState(meta) != stateLive || !lapsed(deadline) {
-			continue
-		}
-		v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: meta, deadline: deadline}
-		if v.ver&1 != 0 || !m.remove(s, v) {
+		if _, ok := m.expireAt(s, sp.lo+(c+k)%sp.len()); !ok {
 			return
 		}
-		m.stat(mhExpired)
 	}
+}
+
+// expireAt removes the entry in slot i of segment s, held, if it is live
+// and lapsed, counting it in Expired. ok is false when the stripe turned
+// out to be lost (see end); the caller then changes nothing more.
+func (m *Map) expireAt(s, i uint64) (removed, ok bool) {
+	off := m.slotOff(i)
+	meta := mem.Load64(m.mem, off+sMeta)
+	deadline := int64(mem.Load64(m.mem, off+sDeadline))
+	ver := mem.Load64(m.mem, off+sVersion)
+	if metaState(meta) != stateLive || ver&1 != 0 || !lapsed(deadline) {
+		return false, true
+	}
+	if !m.remove(s, view{off: off, ver: ver, meta: meta, deadline: deadline}) {
+		return false, false
+	}
+	m.stat(mhExpired)
+	return true, true
 }
 
 // claim begins the free slot for a new key with hash h, holding its

@@ -588,43 +588,6 @@ func TestReviewOddMoveVersionWithNoWriterStallsMisses(t *testing.T) {
 	require.Zero(t, busy, "misses on a quiet map counted busy")
 }
 
-func init() {
-	// review-evict-op opens the crash-evict map and runs SHMARENA_OP
-	// (store: new keys; delete: k0, k1, ...; clear) until it reaches crash
-	// point SHMARENA_POINT, where it parks until killed.
-	childRoles["review-evict-op"] = func() error {
-		a, err := Open(os.Getenv("SHMARENA_PATH"))
-		if err != nil {
-			return err
-		}
-		m, err := crashEvictMap(a)
-		if err != nil {
-			return err
-		}
-		parkAt(os.Getenv("SHMARENA_POINT"))
-		for i := range 10000 {
-			switch os.Getenv("SHMARENA_OP") {
-			case "store":
-				k := "new" + strconv.Itoa(i)
-				err = m.Store(k, churnValue(k))
-			case "overwrite":
-				k := "k" + strconv.Itoa(i)
-				err = m.Store(k, churnValue(k))
-			case "delete":
-				m.Delete("k" + strconv.Itoa(i))
-			case "clear":
-				m.Clear()
-			case "add":
-				_, err = m.Add("ctr", 1)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return fmt.Errorf("never reached crash point %s", os.Getenv("SHMARENA_POINT"))
-	}
-}
-
 // reviewFillEvict fills the crash-evict map's segment to its capacity with
 // k0, k1, ... and returns their set.
 func reviewFillEvict(t *testing.T, m *Map) map[string]bool {
@@ -659,7 +622,7 @@ func TestReviewCrashPointsAndDeadRecoverer(t *testing.T) {
 			require.NoError(t, err)
 			before := reviewFillEvict(t, m)
 			for _, st := range tc.steps {
-				killParked(t, child(t, "review-evict-op", "SHMARENA_PATH="+path,
+				killParked(t, child(t, "crash-evict-op", "SHMARENA_PATH="+path,
 					"SHMARENA_OP="+st[0], "SHMARENA_POINT="+st[1]), st[1])
 				require.NotZero(t, rlock.Owner(m.mem, m.lockOff(0)), "the child died holding the segment")
 			}
