@@ -55,3 +55,46 @@ func TestSmokeCluster(t *testing.T) {
 	}))
 	assert.Zero(t, n)
 }
+
+func TestSmokeQueue(t *testing.T) {
+	s := redistest.StartServer(t)
+	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
+	defer c.Close()
+	q, err := NewQueue(c, "q", WithCapacity(4))
+	require.NoError(t, err)
+	ctx := context.Background()
+	g, err := q.Group(ctx, "g", shmarena.WithTopic("jobs"), shmarena.WithAck(200*time.Millisecond),
+		shmarena.WithMaxDeliveries(2), shmarena.WithDeadLetter("dead"))
+	require.NoError(t, err)
+	dg, err := q.Group(ctx, "dg", shmarena.WithTopic("dead"))
+	require.NoError(t, err)
+	seq, err := q.Publish(ctx, "jobs", []byte("poison"))
+	require.NoError(t, err)
+	for i := 1; i <= 2; i++ {
+		recs, err := g.Claim(ctx, 5)
+		require.NoError(t, err)
+		require.Len(t, recs, 1, "delivery %d", i)
+		assert.Equal(t, i, recs[0].Deliveries)
+		assert.Equal(t, seq, recs[0].Seq)
+		require.NoError(t, g.Nack(ctx, recs[0], 0))
+	}
+	recs, err := g.Claim(ctx, 5)
+	require.NoError(t, err)
+	assert.Empty(t, recs)
+	st, err := g.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), st.DeadLettered)
+	assert.Equal(t, 0, st.Pending)
+	dl, err := dg.Claim(ctx, 5)
+	require.NoError(t, err)
+	require.Len(t, dl, 1)
+	d, err := shmarena.ParseDeadLetter(dl[0])
+	require.NoError(t, err)
+	assert.Equal(t, shmarena.DeadLetter{Seq: seq, Deliveries: 2, Topic: "jobs", Payload: []byte("poison")}, d)
+	for range 4 {
+		_, err = q.Publish(ctx, "jobs", []byte("x"))
+		require.NoError(t, err)
+	}
+	_, err = q.Publish(ctx, "jobs", []byte("x"))
+	assert.ErrorIs(t, err, shmarena.ErrRingFull)
+}
