@@ -69,7 +69,7 @@ func NewQueue(c goredis.UniversalClient, name string, opts ...QueueOption) (*Que
 }
 
 func (q *Queue) stream(topic string) string { return q.tag + ":s:" + topic }
-func (q *Queue) registry() string          { return q.tag + ":groups" }
+func (q *Queue) registry() string           { return q.tag + ":groups" }
 func (q *Queue) counts(group string) string { return q.tag + ":c:" + group }
 
 // Capabilities: many hosts, replicated on a cluster; no process

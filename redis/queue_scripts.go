@@ -135,7 +135,7 @@ return 1`)
 // scriptJoin: KEYS[1] group registry, KEYS[2] stream; ARGV[1] group,
 // ARGV[2] shape (topic, max deliveries, dead letter), ARGV[3] start id.
 // Records the group's shape (or finds it differs: returns the recorded
-// one) and creates the stream group if needed. Returns '' on success.
+// one) and creates the stream group if needed. Returns ” on success.
 var scriptJoin = goredis.NewScript(`
 local had = redis.call('HGET', KEYS[1], ARGV[1])
 if had and had ~= ARGV[2] then return had end
