@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shmarena/shmarena"
+	"github.com/shmarena/shmarena/ratelimit"
 )
 
 // A Job is what one client does in a concurrency check. Backends run it
@@ -41,11 +42,18 @@ const (
 	// group until the group has nothing pending and nothing left to
 	// deliver.
 	JobConsume = "consume"
+	// JobAllow makes N ratelimit decisions on Key under AllowLimit and
+	// prints the Remaining of each allowed one ("remaining R").
+	JobAllow = "allow"
 	// JobConsumeDie claims N records, prints them ("held SEQ") and dies
 	// holding their leases: a process of its own is killed with SIGKILL
 	// right after RunJob returns ErrDie; a connection stops.
 	JobConsumeDie = "consume-die"
 )
+
+// AllowLimit is the limit of JobAllow: a burst of 400 and one more a day,
+// so no refill lands during a test and exactly 400 decisions pass.
+var AllowLimit = ratelimit.Limit{Rate: 1, Burst: 400, Period: 24 * time.Hour}
 
 // ErrDie is what RunJob returns when a JobConsumeDie job reaches the
 // point where its client must die.
@@ -74,6 +82,18 @@ func RunJob(ctx context.Context, kv shmarena.KeyValue, q shmarena.Queue, j Job, 
 		return err
 	case JobConsume:
 		return consume(ctx, q, j, out)
+	case JobAllow:
+		l := ratelimit.NewLimiter(kv)
+		for range j.N {
+			res, err := l.Allow(ctx, j.Key, AllowLimit)
+			if err != nil {
+				return err
+			}
+			if res.Allowed == 1 {
+				fmt.Fprintln(out, "remaining", res.Remaining)
+			}
+		}
+		return nil
 	case JobConsumeDie:
 		g, err := q.Group(ctx, j.Group, j.GroupOptions()...)
 		if err != nil {

@@ -29,6 +29,7 @@ func RunKeyValue(t *testing.T, b Backend) {
 		{"Clear", kvClear},
 		{"ConcurrentAdds", kvConcurrentAdds},
 		{"ConcurrentCAS", kvConcurrentCAS},
+		{"RateLimitExact", kvRateLimitExact},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, b) })
 	}
@@ -301,4 +302,27 @@ func kvConcurrentCAS(t *testing.T, b Backend) {
 	require.NoError(t, err)
 	require.Len(t, v, 8)
 	assert.Equal(t, uint64(clients*incs), binary.LittleEndian.Uint64(v))
+}
+
+// Four clients race for one key's rate-limit burst through
+// ratelimit.Limiter (compare-and-swap in shared memory, a script on
+// Redis): exactly Burst decisions pass, each Remaining handed out once.
+func kvRateLimitExact(t *testing.T, b Backend) {
+	b.KeyValue(t)
+	jobs := make([]Job, 4)
+	for i := range jobs {
+		jobs[i] = Job{Kind: JobAllow, Key: "client", N: AllowLimit.Burst / 2}
+	}
+	seen := map[uint64]int{}
+	total := 0
+	for _, o := range b.Run(t, jobs...) {
+		for _, r := range parseLines(o, "remaining ") {
+			seen[r]++
+			total++
+		}
+	}
+	assert.Equal(t, AllowLimit.Burst, total, "allowed decisions")
+	for r := range uint64(AllowLimit.Burst) {
+		assert.Equal(t, 1, seen[r], "remaining %d", r)
+	}
 }
