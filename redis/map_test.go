@@ -36,4 +36,3 @@ func TestMapVerbsOnRedis(t *testing.T) {
 	_, err = m.Add(ctx, "a", 1)
 	assert.ErrorIs(t, err, shmarena.ErrNotCounter)
 }
-
