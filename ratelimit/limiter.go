@@ -37,6 +37,7 @@ type Evaluator interface {
 // whose Limiter shares the store shares the limits exactly.
 type Limiter struct {
 	kv     shmarena.KeyValue
+	m      *shmarena.Map // kv's Map, when kv is one: called directly
 	eval   Evaluator
 	prefix string
 	now    func() int64 // Unix nanoseconds
@@ -57,6 +58,9 @@ func NewLimiter(store shmarena.KeyValue, opts ...Option) *Limiter {
 	l := &Limiter{kv: store, now: func() int64 { return time.Now().UnixNano() }}
 	if e, ok := store.(Evaluator); ok {
 		l.eval = e
+	}
+	if mk, ok := store.(shmarena.MapKeyValue); ok {
+		l.m = mk.Map()
 	}
 	for _, o := range opts {
 		o(l)
@@ -85,8 +89,11 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 	if l.prefix != "" {
 		key = l.prefix + key
 	}
-	if l.eval != nil {
+	switch {
+	case l.eval != nil:
 		return l.eval.AllowGCRA(ctx, key, limit, n)
+	case l.m != nil:
+		return l.allowMap(key, limit, n)
 	}
 	return l.allowCAS(ctx, key, limit, n)
 }
@@ -103,10 +110,27 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return err
 }
 
+// The stored key must outlive its TAT: a key that lapsed while its TAT
+// was still ahead would hand out a fresh burst. A compare-and-swap keeps
+// the deadline the key had, so the deadline is a step function of the
+// TAT, deadline(tat) = the end of the Period after the one holding tat +
+// Period: a swap that leaves deadline(tat) unchanged needs no Expire (the
+// key's deadline already covers the new TAT by at least a Period), and
+// one that moves it (about once a Period of TAT) sets the new deadline
+// and then checks the TAT stored since, because another process may have
+// stored a later TAT and set its later deadline before this Expire
+// landed. The last process to set a deadline always checks after setting
+// it, so the key's deadline ends up covering the latest TAT.
+func deadline(tat int64, limit Limit) int64 {
+	p := int64(limit.Period)
+	return (tat/p + 2) * p
+}
+
 // allowCAS is GCRA over a KeyValue: load the TAT, decide, store the new
 // TAT with a compare-and-swap (a create with LoadOrStore), and try again
 // from the load when another process got there first. The stored value is
-// the TAT, 8 bytes little-endian.
+// the TAT, 8 bytes little-endian. allowMap is the same on a Map in
+// shared memory, called directly so its buffers stay on the stack.
 func (l *Limiter) allowCAS(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	var oldBuf, newBuf [8]byte
 	for range maxAttempts {
@@ -114,10 +138,7 @@ func (l *Limiter) allowCAS(ctx context.Context, key string, limit Limit, n int) 
 		if err != nil {
 			return Result{}, err
 		}
-		var tat int64
-		if ok && len(old) == 8 {
-			tat = int64(binary.LittleEndian.Uint64(old))
-		}
+		tat := decodeTAT(old, ok)
 		now := l.now()
 		res, newTAT := decide(limit, n, tat, now)
 		if res.Allowed == 0 {
@@ -125,13 +146,10 @@ func (l *Limiter) allowCAS(ctx context.Context, key string, limit Limit, n int) 
 		}
 		binary.LittleEndian.PutUint64(newBuf[:], uint64(newTAT))
 		if !ok {
-			ttl := time.Duration(newTAT-now) + limit.Period
+			ttl := time.Duration(deadline(newTAT, limit) - now)
 			_, loaded, err := l.kv.LoadOrStore(ctx, key, newBuf[:], shmarena.WithTTL(ttl))
-			if err != nil {
-				return Result{}, err
-			}
-			if !loaded {
-				return res, nil
+			if err != nil || !loaded {
+				return res, err
 			}
 			continue
 		}
@@ -140,38 +158,79 @@ func (l *Limiter) allowCAS(ctx context.Context, key string, limit Limit, n int) 
 			return Result{}, err
 		}
 		if swapped {
-			return res, l.coverDeadline(ctx, key, limit, newTAT, now)
+			if deadline(newTAT, limit) == deadline(tat, limit) {
+				return res, nil
+			}
+			return res, l.moveDeadline(ctx, key, limit, newTAT)
 		}
 	}
 	return Result{}, ErrContended
 }
 
-// coverDeadline keeps key alive until its TAT: a compare-and-swap keeps
-// the deadline the key was created with, and a key that lapses while its
-// TAT is still ahead would hand out a fresh burst. When the deadline falls
-// short it is moved to TAT + Period (so this happens about once a Burst),
-// then checked again against the TAT stored now, because another process
-// may have stored a later TAT and set its deadline before this one's
-// Expire landed; the last process to move a deadline always checks after
-// moving it, so the deadline ends up covering the latest TAT.
-func (l *Limiter) coverDeadline(ctx context.Context, key string, limit Limit, tat, now int64) error {
-	var buf [8]byte
+func (l *Limiter) allowMap(key string, limit Limit, n int) (Result, error) {
+	var oldBuf, newBuf [8]byte
 	for range maxAttempts {
-		left, ok, err := l.kv.TTL(ctx, key)
-		if err != nil || !ok || left == 0 {
-			return err // gone (a Reset) or no deadline: nothing to cover
+		old, ok := l.m.AppendLoad(oldBuf[:0], key)
+		tat := decodeTAT(old, ok)
+		now := l.now()
+		res, newTAT := decide(limit, n, tat, now)
+		if res.Allowed == 0 {
+			return res, nil
 		}
-		if now+int64(left) >= tat {
+		binary.LittleEndian.PutUint64(newBuf[:], uint64(newTAT))
+		if !ok {
+			ttl := time.Duration(deadline(newTAT, limit) - now)
+			_, loaded, err := l.m.LoadOrStore(key, newBuf[:], shmarena.WithTTL(ttl))
+			if err != nil || !loaded {
+				return res, err
+			}
+			continue
+		}
+		swapped, err := l.m.CompareAndSwap(key, old, newBuf[:])
+		if err != nil {
+			return Result{}, err
+		}
+		if swapped {
+			if deadline(newTAT, limit) == deadline(tat, limit) {
+				return res, nil
+			}
+			return res, l.moveDeadline(context.Background(), key, limit, newTAT)
+		}
+	}
+	return Result{}, ErrContended
+}
+
+// decodeTAT reads a stored TAT; anything else (absent, damaged) is 0,
+// which decide reads as "no history".
+func decodeTAT(v []byte, ok bool) int64 {
+	if !ok || len(v) != 8 {
+		return 0
+	}
+	return int64(binary.LittleEndian.Uint64(v))
+}
+
+// moveDeadline sets key's deadline to deadline(tat), then rereads the
+// TAT and repeats while a later TAT asks for a later deadline (see
+// deadline).
+func (l *Limiter) moveDeadline(ctx context.Context, key string, limit Limit, tat int64) error {
+	set := int64(0)
+	for range maxAttempts {
+		d := deadline(tat, limit)
+		if d == set {
 			return nil
 		}
-		if _, err := l.kv.Expire(ctx, key, time.Duration(tat-now)+limit.Period); err != nil {
+		// A TAT in the past is no history: lapse soon, but never persist.
+		ttl := max(time.Duration(d-l.now()), time.Millisecond)
+		ok, err := l.kv.Expire(ctx, key, ttl)
+		if err != nil || !ok {
+			return err // gone (a Reset): nothing to cover
+		}
+		set = d
+		v, ok, err := l.kv.Load(ctx, key)
+		if err != nil || !ok {
 			return err
 		}
-		v, ok, err := l.kv.AppendLoad(ctx, buf[:0], key)
-		if err != nil || !ok || len(v) != 8 {
-			return err
-		}
-		tat, now = int64(binary.LittleEndian.Uint64(v)), l.now()
+		tat = decodeTAT(v, ok)
 	}
 	return ErrContended
 }
