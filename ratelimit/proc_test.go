@@ -20,6 +20,10 @@ import (
 // hammers; TestMain runs the child instead of the tests when it is set.
 const childEnv = "RATELIMIT_TEST_CHILD_ARENA"
 
+// childPathEnv is "KeyValue" to make the child's limiter take the
+// interface path instead of calling the Map directly.
+const childPathEnv = "RATELIMIT_TEST_CHILD_PATH"
+
 // exactLimit refills one event a day: during the test no refill lands, so
 // exactly Burst events may pass, whoever asks.
 var exactLimit = Limit{Rate: 1, Burst: 2000, Period: 24 * time.Hour}
@@ -47,7 +51,11 @@ func runChild(path string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	l := NewLimiter(shmarena.NewKeyValue(m))
+	var store shmarena.KeyValue = shmarena.NewKeyValue(m)
+	if os.Getenv(childPathEnv) == "KeyValue" {
+		store = kvOnly{store}
+	}
+	l := NewLimiter(store)
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	for range childAttempts {
@@ -67,13 +75,19 @@ func runChild(path string) int {
 // and each Remaining from Burst-1 down to 0 is handed out exactly once
 // (a lost or doubled compare-and-swap would repeat one or skip one).
 func TestLimiterExactAcrossProcesses(t *testing.T) {
+	for _, via := range []string{"map", "KeyValue"} {
+		t.Run(via, func(t *testing.T) { exactAcrossProcesses(t, via) })
+	}
+}
+
+func exactAcrossProcesses(t *testing.T, via string) {
 	_, path := testStore(t)
 	const procs = 4
 	var outs [procs]bytes.Buffer
 	var cmds [procs]*exec.Cmd
 	for i := range cmds {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+path)
+		cmd.Env = append(os.Environ(), childEnv+"="+path, childPathEnv+"="+via)
 		cmd.Stdout, cmd.Stderr = &outs[i], os.Stderr
 		require.NoError(t, cmd.Start())
 		cmds[i] = cmd
