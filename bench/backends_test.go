@@ -1,0 +1,237 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/shmarena/shmarena"
+	"github.com/shmarena/shmarena/ratelimit"
+	shmredis "github.com/shmarena/shmarena/redis"
+	"github.com/shmarena/shmarena/redis/redistest"
+)
+
+// What moving from one host to several costs, the same code through the
+// shmarena.KeyValue and shmarena.Queue interfaces on shared memory, a Redis
+// server and a 3-master Redis Cluster, all on this machine (loopback):
+//
+//	go test -run '^$' -bench 'RateLimit|Backend' -benchtime 1s .
+//
+// ns/op is wall time over all clients' operations, so 1e9/(ns/op) is the
+// operations per second of the whole pool. Compare backends within one
+// run: the machine is shared and noisy.
+
+// backendSet is one store of each kind for a benchmark.
+type backendSet struct {
+	names []string
+	kv    map[string]shmarena.KeyValue
+	queue map[string]shmarena.Queue
+	redis goredis.UniversalClient // the single server's client, for redis_rate
+}
+
+func newBackends(b *testing.B, withCluster bool) *backendSet {
+	b.Helper()
+	s := &backendSet{kv: map[string]shmarena.KeyValue{}, queue: map[string]shmarena.Queue{}}
+	a, err := shmarena.Open(filepath.Join(b.TempDir(), "arena"), shmarena.WithSize(64<<20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = a.Close() })
+	m, err := a.Map("bench", shmarena.WithSlots(1<<16), shmarena.WithSlotSize(128))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := a.Ring("bench-queue", shmarena.WithSlots(1<<14), shmarena.WithSlotSize(128))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.names = append(s.names, "shm")
+	s.kv["shm"], s.queue["shm"] = shmarena.NewKeyValue(m), shmarena.NewQueue(r)
+
+	srv := redistest.StartServer(b)
+	single := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), PoolSize: 16})
+	b.Cleanup(func() { _ = single.Close() })
+	s.redis = single
+	s.add(b, "redis", single)
+	if withCluster {
+		cl := redistest.StartCluster(b, 3)
+		cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: cl.Addrs(), PoolSize: 16})
+		b.Cleanup(func() { _ = cc.Close() })
+		s.add(b, "cluster", cc)
+	}
+	return s
+}
+
+func (s *backendSet) add(b *testing.B, name string, c goredis.UniversalClient) {
+	q, err := shmredis.NewQueue(c, "bench", shmredis.WithCapacity(1<<14))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.names = append(s.names, name)
+	s.kv[name], s.queue[name] = shmredis.NewMap(c, "bench:"), q
+}
+
+// clients runs b.N calls of op split over n goroutines, op(i) in the
+// goroutine's own loop i.
+func clients(b *testing.B, n int, op func(client, i int) error) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	per := b.N / n
+	b.ResetTimer()
+	for c := range n {
+		wg.Go(func() {
+			for i := range per + boolInt(c < b.N%n) {
+				if err := op(c, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+var keys = func() []string {
+	k := make([]string, 1024)
+	for i := range k {
+		k[i] = "key:" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// BenchmarkRateLimit: decisions per second of ratelimit.Limiter on shared
+// memory (compare-and-swap), the same Limiter on Redis (one script per
+// decision), and go-redis/redis_rate on the same Redis, for 1 and 4
+// clients over 1,024 keys. The limit is high enough that decisions are
+// mostly allowed (an allowed decision is the one that writes).
+func BenchmarkRateLimit(b *testing.B) {
+	s := newBackends(b, false)
+	ctx := context.Background()
+	limit := ratelimit.Limit{Rate: 1_000_000, Burst: 1_000_000, Period: time.Second}
+	shm := ratelimit.NewLimiter(s.kv["shm"])
+	onRedis := ratelimit.NewLimiter(s.kv["redis"])
+	rr := redis_rate.NewLimiter(s.redis)
+	rrLimit := redis_rate.Limit{Rate: limit.Rate, Burst: limit.Burst, Period: limit.Period}
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("shm/clients=%d", n), func(b *testing.B) {
+			clients(b, n, func(c, i int) error {
+				_, err := shm.Allow(ctx, keys[(i*4+c)&1023], limit)
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("redis/clients=%d", n), func(b *testing.B) {
+			clients(b, n, func(c, i int) error {
+				_, err := onRedis.Allow(ctx, keys[(i*4+c)&1023], limit)
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("redis_rate/clients=%d", n), func(b *testing.B) {
+			clients(b, n, func(c, i int) error {
+				_, err := rr.Allow(ctx, keys[(i*4+c)&1023], rrLimit)
+				return err
+			})
+		})
+	}
+}
+
+// BenchmarkBackendMap: each KeyValue verb, one client, on every backend.
+func BenchmarkBackendMap(b *testing.B) {
+	s := newBackends(b, true)
+	ctx := context.Background()
+	val := make([]byte, 64)
+	for _, name := range s.names {
+		kv := s.kv[name]
+		for _, k := range keys {
+			if err := kv.Store(ctx, k, val); err != nil {
+				b.Fatal(err)
+			}
+		}
+		buf := make([]byte, 0, 128)
+		verbs := []struct {
+			verb string
+			op   func(i int) error
+		}{
+			{"Load", func(i int) error {
+				var err error
+				buf, _, err = kv.AppendLoad(ctx, buf[:0], keys[i&1023])
+				return err
+			}},
+			{"Store", func(i int) error { return kv.Store(ctx, keys[i&1023], val) }},
+			{"Add", func(i int) error { _, err := kv.Add(ctx, "n:"+keys[i&15], 1); return err }},
+			{"CompareAndSwap", func(i int) error { _, err := kv.CompareAndSwap(ctx, keys[i&1023], val, val); return err }},
+			{"Delete+Store", func(i int) error {
+				if _, err := kv.Delete(ctx, keys[i&1023]); err != nil {
+					return err
+				}
+				return kv.Store(ctx, keys[i&1023], val)
+			}},
+		}
+		for _, v := range verbs {
+			b.Run(v.verb+"/"+name, func(b *testing.B) {
+				clients(b, 1, func(_, i int) error { return v.op(i) })
+			})
+		}
+	}
+}
+
+// BenchmarkBackendQueue: Publish, and Claim+Ack of one record, one
+// client, on every backend.
+func BenchmarkBackendQueue(b *testing.B) {
+	s := newBackends(b, true)
+	ctx := context.Background()
+	payload := make([]byte, 64)
+	for _, name := range s.names {
+		q := s.queue[name]
+		g, err := q.Group(ctx, "workers", shmarena.WithTopic("jobs"), shmarena.WithAck(time.Minute))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("Publish/"+name, func(b *testing.B) {
+			// A group that keeps up, so the bounded queue never fills.
+			clients(b, 1, func(_, i int) error {
+				if _, err := q.Publish(ctx, "other", payload); err != nil {
+					return err
+				}
+				return nil
+			})
+		})
+		b.Run("Claim+Ack/"+name, func(b *testing.B) {
+			b.StopTimer()
+			for range b.N {
+				if _, err := q.Publish(ctx, "jobs", payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StartTimer()
+			clients(b, 1, func(_, i int) error {
+				recs, err := g.Claim(ctx, 1)
+				if err != nil {
+					return err
+				}
+				if len(recs) != 1 {
+					return fmt.Errorf("claimed %d records", len(recs))
+				}
+				return g.Ack(ctx, recs...)
+			})
+		})
+	}
+}
