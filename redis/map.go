@@ -24,9 +24,8 @@ import (
 // A Map is safe for concurrent use by goroutines; any number of processes
 // and hosts may use the same prefix.
 type Map struct {
-	c       goredis.UniversalClient
-	prefix  string
-	cluster bool
+	c      goredis.UniversalClient
+	prefix string
 }
 
 // NewMap returns the Map of the keys under prefix on c (a *goredis.Client,
@@ -35,8 +34,7 @@ type Map struct {
 // holding a hash tag ("{m}:") pins the map to one slot of a cluster; the
 // default is to spread.
 func NewMap(c goredis.UniversalClient, prefix string) *Map {
-	_, cluster := c.(*goredis.ClusterClient)
-	return &Map{c: c, prefix: prefix, cluster: cluster}
+	return &Map{c: c, prefix: prefix}
 }
 
 // Client returns the client the map talks through.
@@ -45,14 +43,22 @@ func (m *Map) Client() goredis.UniversalClient { return m.c }
 // Prefix returns the map's key prefix.
 func (m *Map) Prefix() string { return m.prefix }
 
-// Capabilities: many hosts; replication when the deployment replicates
-// (assumed for a cluster); an atomic Clear only on one server (SCAN's
-// guarantee); counters refuse overflow; leases and waits as Redis gives.
-func (m *Map) Capabilities() shmarena.Capabilities {
-	if m.cluster {
+// Capabilities: many hosts; replication on a cluster (a single server's
+// replicas are the deployment's, not declared); an atomic Clear only on
+// one server (SCAN's guarantee, see Clear); counters refuse overflow.
+func (m *Map) Capabilities() shmarena.Capabilities { return capabilities(m.c, shmarena.CapAtomicClear) }
+
+// capabilities are a store's on c: a cluster replicates (and visits its
+// masters one by one); a client-side sharded Ring visits its shards one by
+// one; one server (or Sentinel's master) adds single.
+func capabilities(c goredis.UniversalClient, single shmarena.Capabilities) shmarena.Capabilities {
+	switch c.(type) {
+	case *goredis.ClusterClient:
 		return shmarena.CapMultiHost | shmarena.CapReplication
+	case *goredis.Ring:
+		return shmarena.CapMultiHost
 	}
-	return shmarena.CapMultiHost | shmarena.CapAtomicClear
+	return shmarena.CapMultiHost | single
 }
 
 func (m *Map) key(k string) string { return m.prefix + k }
@@ -285,10 +291,12 @@ func (m *Map) TTL(ctx context.Context, key string) (time.Duration, bool, error) 
 // guarantee).
 func (m *Map) Clear(ctx context.Context) error {
 	match := globEscape(m.prefix) + "*"
-	if cc, ok := m.c.(*goredis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
-			return clearNode(ctx, node, match)
-		})
+	each := func(ctx context.Context, node *goredis.Client) error { return clearNode(ctx, node, match) }
+	switch c := m.c.(type) {
+	case *goredis.ClusterClient:
+		return c.ForEachMaster(ctx, each)
+	case *goredis.Ring:
+		return c.ForEachShard(ctx, each)
 	}
 	return clearNode(ctx, m.c, match)
 }

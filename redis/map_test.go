@@ -36,3 +36,23 @@ func TestMapVerbsOnRedis(t *testing.T) {
 	_, err = m.Add(ctx, "a", 1)
 	assert.ErrorIs(t, err, shmarena.ErrNotCounter)
 }
+
+// Capabilities follow the client: one server clears atomically (SCAN's
+// guarantee); a cluster replicates and clears master by master; a
+// client-side sharded Ring does neither.
+func TestCapabilitiesByClient(t *testing.T) {
+	single := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	cluster := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer single.Close()
+	defer cluster.Close()
+	defer ring.Close()
+	assert.Equal(t, shmarena.CapMultiHost|shmarena.CapAtomicClear, NewMap(single, "p:").Capabilities())
+	assert.Equal(t, shmarena.CapMultiHost|shmarena.CapReplication, NewMap(cluster, "p:").Capabilities())
+	assert.Equal(t, shmarena.CapMultiHost, NewMap(ring, "p:").Capabilities())
+	q, err := NewQueue(single, "q")
+	require.NoError(t, err)
+	assert.Equal(t, shmarena.CapMultiHost, q.Capabilities())
+	_, err = NewQueue(single, "{q}")
+	assert.ErrorIs(t, err, shmarena.ErrInvalid)
+}

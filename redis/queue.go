@@ -74,12 +74,7 @@ func (q *Queue) counts(group string) string { return q.tag + ":c:" + group }
 
 // Capabilities: many hosts, replicated on a cluster; no process
 // liveness, leases capped at the lease, Wait polls.
-func (q *Queue) Capabilities() shmarena.Capabilities {
-	if _, ok := q.c.(*goredis.ClusterClient); ok {
-		return shmarena.CapMultiHost | shmarena.CapReplication
-	}
-	return shmarena.CapMultiHost
-}
+func (q *Queue) Capabilities() shmarena.Capabilities { return capabilities(q.c, 0) }
 
 // Publish appends payload to topic's stream (XADD, in a script that
 // enforces WithCapacity). ErrRingFull (wrapped) when the stream is full.
