@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,20 +26,23 @@ import (
 //	go test -run '^$' -bench 'RateLimit|Backend' -benchtime 1s .
 //
 // ns/op is wall time over all clients' operations, so 1e9/(ns/op) is the
-// operations per second of the whole pool. Compare backends within one
-// run: the machine is shared and noisy.
+// operations per second of the whole pool; cpu-ns/op is the CPU time this
+// process and the Redis servers spent per operation, the fairer figure on
+// a machine busy with other work. Compare backends within one run.
 
 // backendSet is one store of each kind for a benchmark.
 type backendSet struct {
 	names []string
 	kv    map[string]shmarena.KeyValue
 	queue map[string]shmarena.Queue
+	cpu   map[string]func() time.Duration // the servers' CPU time (nil for shm)
 	redis goredis.UniversalClient // the single server's client, for redis_rate
 }
 
 func newBackends(b *testing.B, withCluster bool) *backendSet {
 	b.Helper()
-	s := &backendSet{kv: map[string]shmarena.KeyValue{}, queue: map[string]shmarena.Queue{}}
+	s := &backendSet{kv: map[string]shmarena.KeyValue{}, queue: map[string]shmarena.Queue{},
+		cpu: map[string]func() time.Duration{}}
 	a, err := shmarena.Open(filepath.Join(b.TempDir(), "arena"), shmarena.WithSize(64<<20))
 	if err != nil {
 		b.Fatal(err)
@@ -75,15 +80,20 @@ func (s *backendSet) add(b *testing.B, name string, c goredis.UniversalClient) {
 	}
 	s.names = append(s.names, name)
 	s.kv[name], s.queue[name] = shmredis.NewMap(c, "bench:"), q
+	s.cpu[name] = redisCPU(c)
 }
 
 // clients runs b.N calls of op split over n goroutines, op(i) in the
-// goroutine's own loop i.
-func clients(b *testing.B, n int, op func(client, i int) error) {
+// goroutine's own loop i. Besides wall time it reports cpu-ns/op: the CPU
+// time this process and the servers (serverCPU, nil for none) spent per
+// operation, which a machine busy with other work inflates far less than
+// wall time.
+func clients(b *testing.B, n int, serverCPU func() time.Duration, op func(client, i int) error) {
 	b.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	per := b.N / n
+	cpu0, srv0 := processCPU(), cpuOf(serverCPU)
 	b.ResetTimer()
 	for c := range n {
 		wg.Go(func() {
@@ -97,9 +107,64 @@ func clients(b *testing.B, n int, op func(client, i int) error) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	cpu := processCPU() - cpu0 + cpuOf(serverCPU) - srv0
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	close(errs)
 	if err := <-errs; err != nil {
 		b.Fatal(err)
+	}
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func cpuOf(f func() time.Duration) time.Duration {
+	if f == nil {
+		return 0
+	}
+	return f()
+}
+
+// redisCPU reads the servers' used_cpu_user + used_cpu_sys (INFO cpu),
+// summed over every master of a cluster.
+func redisCPU(c goredis.UniversalClient) func() time.Duration {
+	one := func(ctx context.Context, node *goredis.Client) (time.Duration, error) {
+		info, err := node.Info(ctx, "cpu").Result()
+		if err != nil {
+			return 0, err
+		}
+		var total float64
+		for _, line := range strings.Split(info, "\n") {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+		return time.Duration(total * float64(time.Second)), nil
+	}
+	return func() time.Duration {
+		ctx := context.Background()
+		if cc, ok := c.(*goredis.ClusterClient); ok {
+			var mu sync.Mutex
+			var sum time.Duration
+			_ = cc.ForEachMaster(ctx, func(ctx context.Context, node *goredis.Client) error {
+				d, err := one(ctx, node)
+				mu.Lock()
+				sum += d
+				mu.Unlock()
+				return err
+			})
+			return sum
+		}
+		d, _ := one(ctx, c.(*goredis.Client))
+		return d
 	}
 }
 
@@ -133,19 +198,19 @@ func BenchmarkRateLimit(b *testing.B) {
 	rrLimit := redis_rate.Limit{Rate: limit.Rate, Burst: limit.Burst, Period: limit.Period}
 	for _, n := range []int{1, 4} {
 		b.Run(fmt.Sprintf("shm/clients=%d", n), func(b *testing.B) {
-			clients(b, n, func(c, i int) error {
+			clients(b, n, nil, func(c, i int) error {
 				_, err := shm.Allow(ctx, keys[(i*4+c)&1023], limit)
 				return err
 			})
 		})
 		b.Run(fmt.Sprintf("redis/clients=%d", n), func(b *testing.B) {
-			clients(b, n, func(c, i int) error {
+			clients(b, n, s.cpu["redis"], func(c, i int) error {
 				_, err := onRedis.Allow(ctx, keys[(i*4+c)&1023], limit)
 				return err
 			})
 		})
 		b.Run(fmt.Sprintf("redis_rate/clients=%d", n), func(b *testing.B) {
-			clients(b, n, func(c, i int) error {
+			clients(b, n, s.cpu["redis"], func(c, i int) error {
 				_, err := rr.Allow(ctx, keys[(i*4+c)&1023], rrLimit)
 				return err
 			})
@@ -187,7 +252,7 @@ func BenchmarkBackendMap(b *testing.B) {
 		}
 		for _, v := range verbs {
 			b.Run(v.verb+"/"+name, func(b *testing.B) {
-				clients(b, 1, func(_, i int) error { return v.op(i) })
+				clients(b, 1, s.cpu[name], func(_, i int) error { return v.op(i) })
 			})
 		}
 	}
@@ -204,7 +269,7 @@ func BenchmarkBackendQueue(b *testing.B) {
 	for _, name := range s.names {
 		q := s.queue[name]
 		b.Run("Publish/"+name, func(b *testing.B) {
-			clients(b, 1, func(_, i int) error {
+			clients(b, 1, s.cpu[name], func(_, i int) error {
 				_, err := q.Publish(ctx, "unread", payload)
 				return err
 			})
@@ -217,7 +282,7 @@ func BenchmarkBackendQueue(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			clients(b, 1, func(_, i int) error {
+			clients(b, 1, s.cpu[name], func(_, i int) error {
 				if _, err := q.Publish(ctx, "jobs", payload); err != nil {
 					return err
 				}
