@@ -28,6 +28,7 @@ func RunQueue(t *testing.T, b Backend) {
 		{"DropGroup", qDropGroup},
 		{"Backpressure", qBackpressure},
 		{"AtLeastOnceWithKilledConsumer", qAtLeastOnce},
+		{"DeadMemberNoticed", qDeadMemberNoticed},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.f(t, b) })
 	}
@@ -140,15 +141,37 @@ func qExtend(t *testing.T, b Backend) {
 	assert.Error(t, g.Extend(ctx, r[0], 0), "a duration of 0 is refused")
 	require.NoError(t, g.Ack(ctx, r[0]))
 	assert.ErrorIs(t, g.Extend(ctx, r[0], lease), shmarena.ErrLeaseLost, "after Ack")
-	if !q.Capabilities().Has(shmarena.CapLongLeases) {
-		return
-	}
-	publishN(t, q, "jobs", 1)
-	r = claimAll(t, g, 1)
-	require.Len(t, r, 1)
-	require.NoError(t, g.Extend(ctx, r[0], time.Hour))
-	time.Sleep(2 * lease)
-	assert.Empty(t, claimAll(t, g, 1), "an extended lease outlives the group's lease")
+	t.Run("BeyondTheLease", func(t *testing.T) {
+		skipUnless(t, q.Capabilities(), shmarena.CapLongLeases)
+		publishN(t, q, "jobs", 1)
+		r := claimAll(t, g, 1)
+		require.Len(t, r, 1)
+		require.NoError(t, g.Extend(ctx, r[0], time.Hour))
+		time.Sleep(2 * lease)
+		assert.Empty(t, claimAll(t, g, 1), "an extended lease outlives the group's lease")
+	})
+}
+
+// With process liveness, a killed member's leases go to the next Claim at
+// once, long before they would run out.
+func qDeadMemberNoticed(t *testing.T, b Backend) {
+	q, ctx := b.Queue(t, 0), ctxFor(t)
+	skipUnless(t, q.Capabilities(), shmarena.CapProcessLiveness)
+	job := Job{Kind: JobConsumeDie, N: 5, Group: "g", Topic: "jobs", Lease: time.Hour}
+	g, err := q.Group(ctx, job.Group, job.GroupOptions()...)
+	require.NoError(t, err)
+	publishN(t, q, "jobs", 5)
+	held := parseLines(b.Run(t, job)[0], "held ")
+	require.Len(t, held, 5)
+	var got []uint64
+	require.Eventually(t, func() bool {
+		for _, r := range claimAll(t, g, 5) {
+			got = append(got, r.Seq)
+			assert.Equal(t, 2, r.Deliveries)
+		}
+		return len(got) == 5
+	}, 10*time.Second, 10*time.Millisecond, "the dead member's records, an hour before its leases end")
+	assert.ElementsMatch(t, held, got)
 }
 
 // A job that fails every time is delivered exactly WithMaxDeliveries
