@@ -160,13 +160,18 @@ func TestEvictionTakesLapsedFirstAndHitsStopWriting(t *testing.T) {
 	for i := range c {
 		var opts []WriteOption
 		if i%4 == 0 {
-			opts = append(opts, WithTTL(time.Millisecond))
+			opts = append(opts, WithTTL(time.Hour)) // lapsed below, not by the clock
 		}
 		k := "k" + strconv.Itoa(i)
 		require.NoError(t, m.Store(k, churnValue(k), opts...))
 		m.Load(k) // read once: no live key is a first choice for eviction
 	}
-	time.Sleep(3 * time.Millisecond)
+	// Every fourth key's deadline is put in the past only now that all are
+	// stored and read, so that none lapses (and is collected by its own
+	// read) while the map fills, however slowly the test runs.
+	for i := 0; i < c; i += 4 {
+		lapseNow(t, m, "k"+strconv.Itoa(i))
+	}
 	before := m.Stats()
 	lapsedKeys := (c + 3) / 4
 	for i := range lapsedKeys / 2 {
