@@ -636,7 +636,7 @@ func FuzzTypedMapDecode(f *testing.F) {
 // deadline passes while fn runs: the write must not make it permanent.
 func TestTypedMapUpdateLapsesDuringFn(t *testing.T) {
 	var m *TypedMap[string]
-	withLapsingTTL(t, func(ttl time.Duration) bool {
+	withShortLife(t, func(ttl time.Duration) bool {
 		m = testTyped[string](t, WithSlots(16))
 		require.NoError(t, m.Store("k", "v", WithTTL(ttl)))
 		lapsedBy := time.Now().Add(ttl)

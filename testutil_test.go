@@ -56,24 +56,26 @@ func lapseNow(t testing.TB, m *Map, key string) {
 	m.clearIntent(s)
 }
 
-// lapsingTTLs are the lives a test of a deadline passing in the middle
-// of an operation gives its entry, shortest first: a short one keeps the
-// test fast, and a machine too busy for it (the entry lapsed before the
-// operation reached it) gets the next.
-var lapsingTTLs = []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, 2 * time.Second, 10 * time.Second}
+// shortLives are the lives (TTLs, leases, delays) a test of something
+// running out in the middle of its work gives it, shortest first: a short
+// life keeps the test fast, and a machine too busy for it (the life ran
+// out before the test reached the point that needed it alive) gets the
+// next.
+var shortLives = []time.Duration{20 * time.Millisecond, 200 * time.Millisecond, 2 * time.Second, 10 * time.Second}
 
-// withLapsingTTL runs try with each of lapsingTTLs until try reports
-// that the entry was still live where the test needed it (try returns
-// false before asserting anything when it was not), so that the test
-// judges what happens when a deadline passes, never how fast the machine
-// got there.
-func withLapsingTTL(t testing.TB, try func(ttl time.Duration) (reached bool)) {
+// withShortLife runs try with each of shortLives until try reports that
+// what it gave that life was still alive where the test needed it (try
+// returns false, before asserting what depends on it, when it was not),
+// so that the test judges what happens when a life runs out, never how
+// fast the machine got there. A behaviour that is wrong fails with every
+// life.
+func withShortLife(t testing.TB, try func(life time.Duration) (reached bool)) {
 	t.Helper()
-	for _, ttl := range lapsingTTLs {
-		if try(ttl) {
+	for _, life := range shortLives {
+		if try(life) {
 			return
 		}
-		t.Logf("the entry lapsed before the operation reached it with a TTL of %v: trying a longer one", ttl)
+		t.Logf("a life of %v ran out before the test reached the point that needed it: trying a longer one", life)
 	}
-	t.Fatalf("the entry lapsed before the operation reached it even with a TTL of %v", lapsingTTLs[len(lapsingTTLs)-1])
+	t.Fatalf("a life of %v ran out before the test reached the point that needed it", shortLives[len(shortLives)-1])
 }
