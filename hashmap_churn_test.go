@@ -76,7 +76,7 @@ func churnAgainstModels(t *testing.T, slots, goroutines, keysEach, steps int, tt
 				default:
 				}
 				for kk, want := range model {
-					got, ok := m.Load(kk)
+					got, ok := loadPatiently(m, kk)
 					if !ok || !bytes.Equal(got, want) {
 						t.Errorf("step %d: %s = %q %v, want %q", step, kk, got, ok, want)
 						return
@@ -211,7 +211,7 @@ func TestMapStableKeysUnderChurn(t *testing.T) {
 					defer rwg.Done()
 					for round := 0; round < 3000; round++ {
 						for k, want := range stable {
-							if got, ok := m.Load(k); !ok || string(got) != want {
+							if got, ok := loadPatiently(m, k); !ok || string(got) != want {
 								t.Errorf("slots %d ttl %v round %d: %s = %q %v", slots, ttl, round, k, got, ok)
 								return
 							}

@@ -381,7 +381,7 @@ func checkWhileWriting(t *testing.T, want string, skip string) []string {
 		}()
 	}
 	var findings []string
-	for i := 0; i < 300 && len(findings) == 0; i++ {
+	for i := 0; i < raceScaled(300) && len(findings) == 0; i++ {
 		for _, h := range []*Arena{a, ro} {
 			fs, err := h.Check()
 			require.NoError(t, err)

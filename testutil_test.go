@@ -79,3 +79,34 @@ func withShortLife(t testing.TB, try func(life time.Duration) (reached bool)) {
 	}
 	t.Fatalf("a life of %v ran out before the test reached the point that needed it", shortLives[len(shortLives)-1])
 }
+
+// hangBound is how long a test waits for what must happen (a takeover
+// after a kill, a wake-up, a survivor's next operation) before it calls
+// it a hang. It detects hangs and judges no speed: a loaded machine can
+// stall a process for seconds, and how fast these happen is measured by
+// benchmarks (BenchmarkRecoveryAfterKill, BenchmarkContended*).
+const hangBound = 30 * time.Second
+
+// loadPatiently is Load for a test that checks a present key is found
+// while other goroutines write. A lock-free read that keeps losing to
+// writers (64 changed versions in a row, or a writer inside its write for
+// oddPatience) gives up and reports the key absent, counted in
+// Stats().Busy; on a busy machine a descheduled writer is enough. A miss
+// that came with a Busy count is read again; any other miss is returned,
+// so a present key reported absent for another reason still fails.
+func loadPatiently(m *Map, key string) ([]byte, bool) {
+	for try := 0; ; try++ {
+		busy := mem.Load64(m.mem, m.base+mhBusy)
+		v, ok := m.Load(key)
+		if ok || mem.Load64(m.mem, m.base+mhBusy) == busy || try == 1000 {
+			return v, ok
+		}
+	}
+}
+
+// raceScaled returns n, or n/raceSlowdown (at least 1) under the race
+// detector: a long test does less of the same work there, where every
+// operation costs several times more, so that the race run keeps wide
+// headroom under its timeout; the plain run, which CI also does, keeps
+// the full size.
+func raceScaled(n int) int { return max(1, n/raceSlowdown) }
