@@ -46,6 +46,9 @@ type Arena struct {
 
 	retired *mapping.Retired // the mapping once Close replaced it (under mu)
 
+	faulted atomic.Pointer[error] // the first fault met on the mapping (fault.go)
+	id      fileID                // which file was opened (lifecycle.go)
+
 	// inflight counts operations of this process that may hold a lock in
 	// the file (writes, publishes, repairs). Close retires the mapping
 	// only once every count is zero; reads, which take no lock, are not
@@ -292,7 +295,9 @@ func newArena(f *os.File, path string, b []byte, readOnly bool) (*Arena, error) 
 		}
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
 	}
-	return &Arena{f: f, path: path, mem: b, own: own, self: own.Token(), seed: layout.ReadHeader(b).Seed}, nil
+	a := &Arena{f: f, path: path, mem: b, own: own, self: own.Token(), seed: layout.ReadHeader(b).Seed}
+	a.identify()
+	return a, nil
 }
 
 func reserveAndMap(fd int, path string, size int64) ([]byte, error) {

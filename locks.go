@@ -45,7 +45,8 @@ type lockRef struct {
 // call it). The list is a snapshot: locks are taken and released all the
 // time, so a lock held by a live process seldom shows. ErrClosed after
 // Close.
-func (a *Arena) Locks() ([]LockInfo, error) {
+func (a *Arena) Locks() (_ []LockInfo, err error) {
+	defer catchFault(a, guard(), &err)
 	refs, err := a.lockRefs()
 	out := make([]LockInfo, 0, len(refs))
 	for _, r := range refs {
@@ -60,7 +61,8 @@ func (a *Arena) Locks() ([]LockInfo, error) {
 // update is finished), exactly as the next process to need each lock
 // would. It returns the locks it took over. Errors: ErrReadOnly on a
 // read-only handle, ErrClosed.
-func (a *Arena) RecoverLocks() ([]LockInfo, error) {
+func (a *Arena) RecoverLocks() (_ []LockInfo, err error) {
+	defer catchFault(a, guard(), &err)
 	if err := a.refuse("arena "+quote(describePath(a.path)), "recover locks"); err != nil {
 		return nil, err
 	}

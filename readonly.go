@@ -90,8 +90,10 @@ func newReadOnlyArena(f *os.File, path string, b []byte) (*Arena, error) {
 		_ = mapping.Unmap(b)
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), reopenError(err))
 	}
-	return &Arena{f: f, path: path, mem: b, own: owner.Observe(b, fd), readOnly: true,
-		seed: layout.ReadHeader(b).Seed}, nil
+	a := &Arena{f: f, path: path, mem: b, own: owner.Observe(b, fd), readOnly: true,
+		seed: layout.ReadHeader(b).Seed}
+	a.identify()
+	return a, nil
 }
 
 // lookupRegion is region for a read-only handle: it finds the region
