@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shmarena/shmarena/internal/owner"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,8 +28,8 @@ func (a *Arena) identify() {
 
 // fileState is what became of an arena's file.
 type fileState struct {
-	removed   bool  // its last name was removed (link count 0)
-	replaced  bool  // its path names another file now, or nothing
+	removed   bool  // its last name was removed (link count 0), or its path names nothing
+	replaced  bool  // its path names another file now
 	truncated bool  // it is shorter than the arena
 	size      int64 // its length now, bytes
 }
@@ -46,10 +47,11 @@ func (a *Arena) fileState() fileState {
 	// been extended again since (with zeros).
 	fs.truncated = st.Size < int64(len(a.mem)) || a.faulted.Load() != nil
 	fs.removed = a.id.linked && st.Nlink == 0
-	if a.path != "" && !fs.removed {
+	if a.path != "" {
 		var pst unix.Stat_t
 		err := unix.Lstat(a.path, &pst)
-		fs.replaced = errors.Is(err, unix.ENOENT) || err == nil && (uint64(pst.Dev) != a.id.dev || pst.Ino != a.id.ino)
+		fs.replaced = err == nil && (uint64(pst.Dev) != a.id.dev || pst.Ino != a.id.ino)
+		fs.removed = fs.removed || errors.Is(err, unix.ENOENT)
 	}
 	return fs
 }
@@ -62,27 +64,62 @@ func (fs fileState) err(a *Arena) error {
 		return fmt.Errorf("shmarena: %s: %w: the file is %d bytes, the arena %d: another process shrank it, and the "+
 			"regions past its end are gone; stop every process using it and create it afresh (see docs/lifecycle.md)",
 			describePath(a.path), ErrTruncated, fs.size, len(a.mem))
+	case fs.replaced:
+		return fmt.Errorf("shmarena: %s: %w: the path names another file now than the one this process has open "+
+			"(replaced, or moved over); processes that open the path reach another arena, and writes here are not "+
+			"seen there (see docs/lifecycle.md)", describePath(a.path), ErrRemoved)
 	case fs.removed:
 		return fmt.Errorf("shmarena: %s: %w: the file was removed while this process had it open; processes that "+
-			"open the path now create or reach another arena, and writes here are not seen there (see docs/lifecycle.md)",
-			describePath(a.path), ErrRemoved)
-	case fs.replaced:
-		return fmt.Errorf("shmarena: %s: %w: the path now names another file (or none) than the one this process has "+
-			"open; processes that open the path reach another arena, and writes here are not seen there (see docs/lifecycle.md)",
+			"open the path create or reach another arena, and writes here are not seen there (see docs/lifecycle.md)",
 			describePath(a.path), ErrRemoved)
 	}
 	return nil
 }
 
-// attachedText says that n handles are attached, for an error that tells
-// the user to remove the file: removing it under live handles splits them
-// from whoever creates it again.
-func attachedText(n int) string {
-	switch n {
-	case 0:
-		return "no handle is attached now"
-	case 1:
-		return "1 handle is attached now: removing the file under it splits it from the new file; stop it first (docs/lifecycle.md)"
+// attachedText says that n handles are attached (this one among them when
+// self), for an error that tells the user to remove or change the file:
+// removing it under live handles splits them from whoever creates it
+// again.
+func attachedText(n int, self bool) string {
+	among := ""
+	if self {
+		among = ", this one among them"
 	}
-	return fmt.Sprintf("%d handles are attached now: removing the file under them splits them from the new file; stop them first (docs/lifecycle.md)", n)
+	what := fmt.Sprintf("%d handles are attached now%s", n, among)
+	switch {
+	case n == 0:
+		return "no handle is attached now"
+	case n == 1 && self:
+		return "only this handle is attached now"
+	case n == 1:
+		what = "1 handle is attached now"
+	}
+	return what + ": removing the file under them splits them from whoever creates it again; see docs/lifecycle.md"
 }
+
+// liveHandles counts the handles attached to the arena mapped at b, asking
+// through fd: any description of the file that holds no entry's lock.
+func liveHandles(b []byte, fd int) int { return countAlive(owner.Observe(b, fd).List()) }
+
+func countAlive(list []owner.Info) int {
+	n := 0
+	for _, p := range list {
+		if p.Alive {
+			n++
+		}
+	}
+	return n
+}
+
+// withAttached adds to err, when it tells the user to remove or reshape
+// the file (ErrSizeMismatch, ErrShape), that n handles are attached
+// (self: the caller's among them).
+func withAttached(err error, n func() int, self bool) error {
+	if err == nil || !errors.Is(err, ErrSizeMismatch) && !errors.Is(err, ErrShape) {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, attachedText(n(), self))
+}
+
+// attached counts the handles attached to a's file, a's own included.
+func (a *Arena) attached() int { return countAlive(a.own.List()) }

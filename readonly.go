@@ -105,7 +105,7 @@ func (a *Arena) lookupRegion(spec regionSpec) (layout.Entry, error) {
 	h := layout.ReadHeader(a.mem)
 	for i := 0; i < layout.DirEntries; i++ {
 		if e := layout.ReadEntry(a.mem, i); e.State == layout.EntryReady && e.Name == spec.name {
-			return e, spec.sameShape(e, h.NextFree, int64(len(a.mem)))
+			return e, withAttached(spec.sameShape(e, h.NextFree, int64(len(a.mem))), a.attached, false)
 		}
 	}
 	return layout.Entry{}, fmt.Errorf("shmarena: region %s: %w: it does not exist, and a read-only handle creates nothing (open the arena without ReadOnly to create it)",
