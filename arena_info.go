@@ -9,6 +9,7 @@ import (
 
 	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/owner"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,10 +18,13 @@ import (
 
 // Processes returns the pids of the processes with a handle attached to the
 // arena, this one included, each once. Liveness is the kernel's word (see
-// "Processes and crashes" in the package documentation); the pid is as the
-// attaching process saw itself, so a process in another PID namespace
-// shows its pid there, and two such processes may show the same one.
-// ErrClosed after Close.
+// "Processes and crashes" in the package documentation). A handle's pid is
+// the pid that holds it now, as ProcessInfo.Holders finds it: after a fork
+// without exec that may be the child (or both) rather than the process
+// that opened it. Where /proc cannot tell (another PID namespace, hidepid,
+// no /proc) it is the pid the attaching process saw itself as, so two
+// processes in different namespaces may show the same one. ErrClosed after
+// Close.
 func (a *Arena) Processes() (_ []int, err error) {
 	defer catchFault(a, guard(), &err)
 	if a.closed.Load() {
@@ -28,8 +32,13 @@ func (a *Arena) Processes() (_ []int, err error) {
 	}
 	var pids []int
 	for _, e := range a.own.List() {
-		if e.Alive && !slices.Contains(pids, e.Pid) {
-			pids = append(pids, e.Pid)
+		if !e.Alive {
+			continue
+		}
+		for _, pid := range a.holders(e) {
+			if !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
 		}
 	}
 	runtime.KeepAlive(a)
@@ -73,6 +82,15 @@ func (a *Arena) Regions() []RegionInfo {
 		out = append(out, regionInfo(e))
 	}
 	return out
+}
+
+// holders returns the pids that hold live entry e now, or its recorded
+// pid when /proc cannot tell.
+func (a *Arena) holders(e owner.Info) []int {
+	if pids := a.own.Holders(e.Index); len(pids) > 0 {
+		return pids
+	}
+	return []int{e.Pid}
 }
 
 // regionInfo describes the ready directory entry e.
@@ -132,6 +150,13 @@ type ProcessInfo struct {
 	Alive bool
 	Since time.Time // when it attached
 	Self  bool      // this handle
+	// Holders are the pids of the processes that hold the handle now, as
+	// this process's /proc shows them (read from /proc/<pid>/fdinfo, for a
+	// live entry): Pid alone as a rule; after a fork without exec, the
+	// child as well, or the child alone once Pid has exited (the handle
+	// stays alive while the child lives). Empty when /proc cannot tell
+	// (another PID namespace, hidepid, no /proc).
+	Holders []int `json:",omitempty"`
 }
 
 // Info returns the arena's header, regions and process table, and what
@@ -160,7 +185,11 @@ func (a *Arena) Info() (_ ArenaInfo, err error) {
 		in.Regions = append(in.Regions, regionInfo(e))
 	}
 	for _, p := range a.own.List() {
-		in.Processes = append(in.Processes, ProcessInfo{Pid: p.Pid, Alive: p.Alive, Since: time.Unix(0, p.Since), Self: p.Self})
+		pi := ProcessInfo{Pid: p.Pid, Alive: p.Alive, Since: time.Unix(0, p.Since), Self: p.Self}
+		if p.Alive {
+			pi.Holders = a.own.Holders(p.Index)
+		}
+		in.Processes = append(in.Processes, pi)
 	}
 	return in, nil
 }
