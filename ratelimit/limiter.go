@@ -76,9 +76,10 @@ func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, e
 // AllowN reports whether n events may happen now for key under limit,
 // and if so records them (n = 0 only asks). A request costing more than
 // limit.Burst is never allowed. Errors: ErrInvalid (limit or n out of
-// range), the store's errors (wrapped), ErrContended; on error the result
-// is the zero Result and nothing is recorded... except that a store error
-// on a network may leave the write done or not, as for any write.
+// range: nothing recorded), ErrContended, and the store's errors as it
+// returns them (wrapping the client's, on Redis); with an error the
+// Result is the zero Result and the request must not be counted as
+// allowed, though on a network store the write may have landed.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	if err := limit.valid(); err != nil {
 		return Result{}, err
