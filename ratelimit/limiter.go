@@ -149,8 +149,11 @@ func (l *Limiter) allowCAS(ctx context.Context, key string, limit Limit, n int) 
 		if !ok {
 			ttl := time.Duration(deadline(newTAT, limit) - now)
 			_, loaded, err := l.kv.LoadOrStore(ctx, key, newBuf[:], shmarena.WithTTL(ttl))
-			if err != nil || !loaded {
-				return res, err
+			if err != nil {
+				return Result{}, err
+			}
+			if !loaded {
+				return res, nil
 			}
 			continue
 		}
@@ -182,8 +185,11 @@ func (l *Limiter) allowMap(key string, limit Limit, n int) (Result, error) {
 		if !ok {
 			ttl := time.Duration(deadline(newTAT, limit) - now)
 			_, loaded, err := l.m.LoadOrStore(key, newBuf[:], shmarena.WithTTL(ttl))
-			if err != nil || !loaded {
-				return res, err
+			if err != nil {
+				return Result{}, err
+			}
+			if !loaded {
+				return res, nil
 			}
 			continue
 		}
