@@ -165,7 +165,10 @@ func (l *Limiter) allowCAS(ctx context.Context, key string, limit Limit, n int) 
 			if deadline(newTAT, limit) == deadline(tat, limit) {
 				return res, nil
 			}
-			return res, l.moveDeadline(ctx, key, limit, newTAT)
+			if err := l.moveDeadline(ctx, key, limit, newTAT); err != nil {
+				return Result{}, err
+			}
+			return res, nil
 		}
 	}
 	return Result{}, ErrContended
@@ -201,7 +204,10 @@ func (l *Limiter) allowMap(key string, limit Limit, n int) (Result, error) {
 			if deadline(newTAT, limit) == deadline(tat, limit) {
 				return res, nil
 			}
-			return res, l.moveDeadline(context.Background(), key, limit, newTAT)
+			if err := l.moveDeadline(context.Background(), key, limit, newTAT); err != nil {
+				return Result{}, err
+			}
+			return res, nil
 		}
 	}
 	return Result{}, ErrContended
