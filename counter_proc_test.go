@@ -23,7 +23,7 @@ import (
 // the writes that return or compare them (LoadAndDelete, Swap,
 // CompareAndSwap, CompareAndDelete), and churn filler keys and deadlines in
 // the same tiny table. Every successful Add must be taken or left exactly
-// once. (Written by a reviewer, who found the mixed-mode bug with it.)
+// once.
 
 var procCounters = []string{"c0", "c1", "c2", "c3"}
 
@@ -183,7 +183,7 @@ func counterStress(t *testing.T, ss int, noCAS string) {
 	a, path := tempArena(t, 1<<20)
 	m, err := a.Map("m", WithSlots(16), WithSlotSize(ss), WithStripes(4))
 	require.NoError(t, err)
-	env := []string{"SHMARENA_PATH=" + path, "SHMARENA_SLOTSIZE=" + strconv.Itoa(ss), "SHMARENA_ITERS=30000"}
+	env := []string{"SHMARENA_PATH=" + path, "SHMARENA_SLOTSIZE=" + strconv.Itoa(ss), "SHMARENA_ITERS=" + strconv.Itoa(raceScaled(30000))}
 	takerEnv := env
 	if noCAS == "takers" {
 		takerEnv = append(env[:len(env):len(env)], "SHMARENA_NOCAS=1", "GODEBUG=cpu.cx16=off")

@@ -33,7 +33,7 @@ const (
 	crashSlots    = 16384
 	crashSlotSize = 96
 	crashStripes  = 4
-	crashBound    = time.Second * raceSlowdown
+	crashBound    = hangBound
 )
 
 func crashMap(a *Arena) (*Map, error) {
@@ -55,7 +55,7 @@ func noteTakeover(t *testing.T, what string, d time.Duration) {
 	takeovers.Unlock()
 	slices.Sort(s)
 	t.Logf("takeover %s: %v (all %d so far: median %v, max %v)", what, d, len(s), s[len(s)/2], s[len(s)-1])
-	assert.Less(t, d, crashBound, "%s took over too slowly", what)
+	assert.Less(t, d, crashBound, "%s: no takeover", what)
 }
 
 func init() {
@@ -687,7 +687,10 @@ func counterOf(m *Map, key string) int64 {
 // a parked child holds the stripe; the parent's Adds take the lock, so each
 // one after a kill measures a takeover.
 func TestCrashKillAddersAtRandom(t *testing.T) {
-	const procs, kills = 16, 8
+	procs, kills := 16, 8
+	if raceSlowdown > 1 {
+		procs, kills = 8, 4 // each child under the race detector costs several
+	}
 	lockedAddsForTest = true
 	t.Cleanup(func() { lockedAddsForTest = false })
 	a, path := tempArena(t, 4<<20)
