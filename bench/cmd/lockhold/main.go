@@ -114,19 +114,23 @@ func baseline(dir string, slots int) []time.Duration {
 func refuse(dir string, slots int) []time.Duration {
 	m := newMap(dir, "refuse", slots)
 	check(m.Store("ttl", []byte("v"), shmarena.WithTTL(time.Hour)))
-	for i, misses := 0, 0; misses < 64; i++ {
+	for i, misses := 0, 0; misses < 256; i++ { // full: 256 refusals in a row
 		if err := m.Store("f"+strconv.Itoa(i), []byte("v")); err != nil {
 			misses++
+		} else {
+			misses = 0
 		}
 	}
 	var out []time.Duration
-	for i := range 2000 {
-		k := "n" + strconv.Itoa(i)
-		out = append(out, timed(func() {
-			if err := m.Store(k, []byte("v")); !errors.Is(err, shmarena.ErrFull) {
-				check(fmt.Errorf("store into a full map: %v", err))
-			}
-		}))
+	for i := 0; len(out) < 2000; i++ {
+		var err error
+		d := timed(func() { err = m.Store("n"+strconv.Itoa(i), []byte("v")) })
+		switch {
+		case errors.Is(err, shmarena.ErrFull):
+			out = append(out, d)
+		case err != nil:
+			check(err)
+		}
 	}
 	return out
 }
