@@ -84,3 +84,52 @@ func TestRefusedStoreSweepsBoundedSlots(t *testing.T) {
 	assert.Positive(t, removed, "the refusal swept")
 	assert.LessOrEqual(t, removed, uint64(refusalSweep+sweepStep), "lapsed entries one Store removed")
 }
+
+// An insert whose probe window is full (keys chosen to collide) replaces
+// the entry there that S3-FIFO would evict first: a key unread in the
+// small queue before one unread in main, not the first unread from home.
+func TestProbeLimitedInsertReplacesInQueueOrder(t *testing.T) {
+	m := testMap(t, WithSlots(4096), WithSlotSize(64), WithStripes(1), WithEviction())
+	sp := m.span(0)
+	homed := func(i int) (string, bool) {
+		k := "c" + strconv.Itoa(i)
+		d := m.home(m.hashKey(k)) - sp.lo
+		return k, d >= 100 && d < 104
+	}
+	i := 0
+	next := func() string {
+		for ; ; i++ {
+			if k, ok := homed(i); ok {
+				i++
+				return k
+			}
+		}
+	}
+	for {
+		k := next()
+		if m.firstFree(m.hashKey(k)).off < 0 {
+			break
+		}
+		require.NoError(t, m.Store(k, []byte("v")))
+	}
+	keyAt := func(slot uint64) string {
+		off := m.slotOff(slot)
+		meta := mem.Load64(m.mem, off+sMeta)
+		require.Equal(t, uint64(stateLive), metaState(meta))
+		return string(mem.AppendBytes(nil, m.mem, keyOff(off, meta), metaKeyLen(meta)))
+	}
+	for s := sp.lo + 100; s < sp.lo+100+probeBound+8; s++ {
+		m.setUse(s, 1) // read once, in main
+	}
+	mainUnread, smallUnread := sp.lo+110, sp.lo+600
+	m.setUse(mainUnread, 0)
+	m.setUse(smallUnread, useSmall)
+	kMain, kSmall := keyAt(mainUnread), keyAt(smallUnread)
+
+	before := m.Stats()
+	require.NoError(t, m.Store(next(), []byte("v")))
+	after := m.Stats()
+	require.Equal(t, before.ProbeLimited+1, after.ProbeLimited, "the insert met the probe bound")
+	assert.False(t, m.Exists(kSmall), "the key unread in the small queue is the victim")
+	assert.True(t, m.Exists(kMain), "the key unread in main stays")
+}

@@ -325,15 +325,18 @@ func (m *Map) findHash(sp span, h uint64) (uint64, view, bool) {
 
 // replaceNear writes a new key over an entry within the probe bound of
 // its home, when an evicting map finds no free slot there (keys chosen to
-// collide, or a segment packed by them): a lapsed entry if there is one,
-// else the first not read since it was queued, else the last. The slot
-// stays occupied, so no other key's path changes.
+// collide, or a segment packed by them): the entry S3-FIFO would evict
+// first among those there, as far as a slot tells (see victimNear). The
+// slot stays occupied, so no other key's path changes.
 func (m *Map) replaceNear(s uint64, e *entry) error {
 	_, sp, home := m.place(e.h)
 	m.stat(mhProbeLimited)
 	victim, field := m.victimNear(sp, home)
 	off := m.slotOff(victim)
 	v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: mem.Load64(m.mem, off+sMeta)}
+	if field == mhEvicted && m.use(victim) == useSmall {
+		m.forget(s, mem.Load64(m.mem, off+sHash)) // left the small queue unread, as evictOne's
+	}
 	crashPoint("evict")
 	odd := m.begin(s, v)
 	m.setTag(victim, tagOf(e.h))
@@ -353,10 +356,15 @@ func (m *Map) replaceNear(s uint64, e *entry) error {
 }
 
 // victimNear picks the entry replaceNear overwrites, within the probe
-// bound from home, and the counter its loss counts in.
+// bound from home, and the counter its loss counts in: a lapsed entry if
+// there is one, else by S3-FIFO's order of eviction as the use bytes tell
+// it: a key unread in the small queue (evicted next, when the small queue
+// is at its share), then one unread in main, then the least read. A slot
+// does not tell a key's place in its queue, so among equals the first
+// from home is taken.
 func (m *Map) victimNear(sp span, home uint64) (victim uint64, field int) {
 	n := min(sp.len(), probeBound)
-	victim, unused := sp.add(home, n-1), false
+	victim, best := sp.add(home, n-1), 4
 	for k, i := uint64(0), home; k < n; k, i = k+1, sp.add(i, 1) {
 		off := m.slotOff(i)
 		if metaState(mem.Load64(m.mem, off+sMeta)) != stateLive {
@@ -365,11 +373,25 @@ func (m *Map) victimNear(sp span, home uint64) (victim uint64, field int) {
 		if lapsed(int64(mem.Load64(m.mem, off+sDeadline))) {
 			return i, mhExpired
 		}
-		if !unused && m.use(i)&useCount == 0 {
-			victim, unused = i, true
+		if r := evictRank(m.use(i)); r < best {
+			victim, best = i, r
 		}
 	}
 	return victim, mhEvicted
+}
+
+// evictRank orders use bytes by how soon S3-FIFO evicts their keys: 0 for
+// unread in the small queue, then 1 + the read count for main, and the
+// small queue's read keys (which go to main first) last.
+func evictRank(u byte) int {
+	switch {
+	case u == useSmall:
+		return 0
+	case u&useSmall != 0:
+		return 4
+	default:
+		return 1 + int(u&useCount)
+	}
 }
 
 // rebuildQueues refills segment s's queues from its slots: every live key

@@ -41,12 +41,13 @@ import (
 func main() {
 	slots := flag.Int("slots", 1<<16, "slots in the one segment")
 	probe := flag.Bool("probe", false, "report probe-bound inserts of random keys in evicting maps instead")
+	reads := flag.Int("reads", 0, "with -probe: reads of earlier keys (Zipf-distributed over the last 100,000) after each insert")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "lockhold")
 	check(err)
 	defer os.RemoveAll(dir)
 	if *probe {
-		probeBound(dir)
+		probeBound(dir, *reads)
 		return
 	}
 	fmt.Printf("one segment of %d slots; per operation: median, p99.9, worst (ratio of p99.9 to the baseline's)\n\n", *slots)
@@ -193,7 +194,7 @@ func churn(dir string, slots int) (ops, walks []time.Duration) {
 // probeBound fills evicting maps of four shapes with random keys, then
 // inserts 400,000 more and reports the share that found no free slot within the probe
 // bound, and the longest probe.
-func probeBound(dir string) {
+func probeBound(dir string, reads int) {
 	fmt.Println("| shape | inserts | ProbeLimited | share | MaxProbe |")
 	fmt.Println("|---|---:|---:|---:|---:|")
 	for i, shape := range []struct {
@@ -213,8 +214,17 @@ func probeBound(dir string) {
 		}
 		before := m.Stats().ProbeLimited
 		const inserts = 400000
-		for range inserts {
-			check(m.Store(strconv.FormatUint(rng.Uint64(), 36), []byte("v")))
+		var recent [100000]string
+		zipf := rand.NewZipf(rand.New(rand.NewPCG(uint64(i), 4)), 1.01, 1, uint64(len(recent)-1))
+		for n := range inserts {
+			k := strconv.FormatUint(rng.Uint64(), 36)
+			check(m.Store(k, []byte("v")))
+			recent[n%len(recent)] = k
+			for range reads {
+				if r := recent[(n+len(recent)-int(zipf.Uint64()))%len(recent)]; r != "" {
+					m.Load(r)
+				}
+			}
 		}
 		st := m.Stats()
 		limited := st.ProbeLimited - before
