@@ -45,7 +45,7 @@ func (m *Map) heldByDead(s uint64) bool {
 // stillTries is how many reads of a segment checkSegment makes, waiting
 // a little longer before each, for one that holds still: enough for a
 // segment whose writers pause now and then, and a bounded wait (about
-// 6 ms of naps) for one that never does.
+// 3.5 ms of naps) for one that never does.
 const stillTries = 8
 
 // still is what checkSegment compares before and after a read.
@@ -70,7 +70,7 @@ func (m *Map) checkSegment(s uint64) (problems []string, judged bool) {
 		after := m.stillness(s)
 		if before != after || before.owner != 0 || before.moves&1 != 0 {
 			time.Sleep(nap)
-			nap = min(2*nap, 2*time.Millisecond)
+			nap = min(2*nap, time.Millisecond)
 			continue
 		}
 		if live != int64(before.used) || tomb != int64(before.tomb) {
