@@ -55,12 +55,20 @@ func (a *Arena) refuse(what, op string) error {
 	return fmt.Errorf("shmarena: %s: %s: %w (opened with ReadOnly; open the arena without it to write)", what, op, ErrReadOnly)
 }
 
-// refuseMap is refuse for a write to map m.
-func (m *Map) refuse(op string) error { return m.a.refuse("map "+quote(m.name), op) }
+// refuse is Arena.refuse for a write to map m. It tests the handle
+// before it builds the region's name: every Store, Add and Publish calls
+// it, and a writable handle must not pay the allocations of an error it
+// does not return (alloc_test.go holds the hot paths to zero).
+func (m *Map) refuse(op string) error {
+	if !m.a.readOnly {
+		return nil
+	}
+	return m.a.refuse("map "+quote(m.name), op)
+}
 
-// refuseRing is refuse for a write to ring r.
+// refuse is Arena.refuse for a write to ring r; see Map.refuse.
 func (r *Ring) refuse(op string) error {
-	if r.a == nil {
+	if r.a == nil || !r.a.readOnly {
 		return nil
 	}
 	return r.a.refuse("ring "+quote(r.name), op)
