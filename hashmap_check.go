@@ -20,7 +20,7 @@ import (
 // it, a key in two slots, counts that lag the slots, intent and move-from
 // words set) are reported only from a still read of the segment: its lock
 // free and its write count and move version unchanged before and after.
-// A segment that never holds still for stillTries reads is named in
+// A segment that never holds still for stillTries looks is named in
 // unjudged instead, unless a dead process holds it (see heldByDead); damage that no writer causes (lengths, hashes, tags,
 // versions) is reported from any consistent read of its slot.
 func (m *Map) checkInvariants() (problems, unjudged []string) {
@@ -28,7 +28,7 @@ func (m *Map) checkInvariants() (problems, unjudged []string) {
 		p, judged := m.checkSegment(s)
 		problems = append(problems, p...)
 		if !judged && !m.heldByDead(s) {
-			unjudged = append(unjudged, fmt.Sprintf("segment %d not judged: writers kept it busy through %d reads (counts, holes, duplicates and intent words unchecked; check again when it is quieter)", s, stillTries))
+			unjudged = append(unjudged, fmt.Sprintf("segment %d not judged: writers kept it busy through %d looks (counts, holes, duplicates and intent words unchecked; check again when it is quieter)", s, stillTries))
 		}
 	}
 	return problems, unjudged
@@ -42,11 +42,15 @@ func (m *Map) heldByDead(s uint64) bool {
 	return o != 0 && !aliveFn(m.a.own, o)
 }
 
-// stillTries is how many reads of a segment checkSegment makes, waiting
-// a little longer before each, for one that holds still: enough for a
-// segment whose writers pause now and then, and a bounded wait (about
-// 3.5 ms of naps) for one that never does.
-const stillTries = 8
+// checkSegment looks at a segment up to stillTries times, napping a
+// little longer before each, for a moment when it holds still, and reads
+// it whole at most stillScans of those times (only when its lock is free
+// as the read begins): a bounded wait (about 3.5 ms of naps) and a
+// bounded cost for a segment whose writers never pause.
+const (
+	stillTries = 8
+	stillScans = 3
+)
 
 // still is what checkSegment compares before and after a read.
 type still struct{ owner, writes, moves, used, tomb uint64 }
@@ -57,20 +61,25 @@ func (m *Map) stillness(s uint64) still {
 		mem.Load64(m.mem, lk+stUsed), mem.Load64(m.mem, lk+stTomb)}
 }
 
-// checkSegment checks segment s, reading it up to stillTries times until
-// it holds still, and reports whether one read did.
+// checkSegment checks segment s, looking up to stillTries times for a
+// still read of it (see stillScans), and reports whether one was.
 func (m *Map) checkSegment(s uint64) (problems []string, judged bool) {
 	var hard []string
 	nap := 50 * time.Microsecond
-	for try := 0; try < stillTries; try++ {
-		var soft []string
-		hard = hard[:0]
-		before := m.stillness(s)
-		live, tomb := m.scanSegment(s, &hard, &soft)
-		after := m.stillness(s)
-		if before != after || before.owner != 0 || before.moves&1 != 0 {
+	for try, scans := 0, 0; try < stillTries && scans < stillScans; try++ {
+		if try > 0 {
 			time.Sleep(nap)
 			nap = min(2*nap, time.Millisecond)
+		}
+		before := m.stillness(s)
+		if scans > 0 && (before.owner != 0 || before.moves&1 != 0) {
+			continue // a read now could not be judged
+		}
+		var soft []string
+		hard = hard[:0]
+		live, tomb := m.scanSegment(s, &hard, &soft)
+		scans++
+		if after := m.stillness(s); before != after || before.owner != 0 || before.moves&1 != 0 {
 			continue
 		}
 		if live != int64(before.used) || tomb != int64(before.tomb) {
