@@ -37,14 +37,25 @@ func (f Finding) String() string {
 // what a writer at work could cause is judged only from a read of a map
 // segment that held still. A segment that does not hold still through a
 // few reads (milliseconds apart) is named in a Finding marked Unjudged,
-// so Check always finishes. It returns ErrClosed after Close.
-func (a *Arena) Check() ([]Finding, error) {
+// so Check always finishes.
+//
+// It also asks the kernel what became of the file: when another process
+// shrank it, Check returns an error wrapping ErrTruncated and no findings
+// (the regions are gone); when it was removed, or its path names another
+// file now, Check returns its findings and an error wrapping ErrRemoved.
+// It returns ErrClosed after Close.
+func (a *Arena) Check() (_ []Finding, err error) {
+	defer catchFault(a, guard(), &err)
 	if a.closed.Load() {
 		return nil, ErrClosed
 	}
 	defer runtime.KeepAlive(a)
+	fs := a.fileState()
+	if fs.truncated {
+		return nil, fs.err(a)
+	}
 	if err := validate(a.mem, int64(len(a.mem)), 0); err != nil {
-		return []Finding{{Problem: err.Error()}}, nil
+		return []Finding{{Problem: err.Error()}}, fs.err(a)
 	}
 	var out []Finding
 	for _, e := range a.readyEntries() {
@@ -69,5 +80,5 @@ func (a *Arena) Check() ([]Finding, error) {
 	if a.closed.Load() {
 		return nil, ErrClosed
 	}
-	return out, nil
+	return out, fs.err(a)
 }
