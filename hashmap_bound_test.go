@@ -105,12 +105,9 @@ func TestProbeLimitedInsertReplacesInQueueOrder(t *testing.T) {
 			}
 		}
 	}
-	for {
-		k := next()
-		if m.firstFree(m.hashKey(k)).off < 0 {
-			break
-		}
-		require.NoError(t, m.Store(k, []byte("v")))
+	last := next() // stored when its window is full
+	for m.firstFree(m.hashKey(last)).off >= 0 {
+		require.NoError(t, m.Store(next(), []byte("v")))
 	}
 	keyAt := func(slot uint64) string {
 		off := m.slotOff(slot)
@@ -127,7 +124,7 @@ func TestProbeLimitedInsertReplacesInQueueOrder(t *testing.T) {
 	kMain, kSmall := keyAt(mainUnread), keyAt(smallUnread)
 
 	before := m.Stats()
-	require.NoError(t, m.Store(next(), []byte("v")))
+	require.NoError(t, m.Store(last, []byte("v")))
 	after := m.Stats()
 	require.Equal(t, before.ProbeLimited+1, after.ProbeLimited, "the insert met the probe bound")
 	assert.False(t, m.Exists(kSmall), "the key unread in the small queue is the victim")
