@@ -46,6 +46,9 @@ type Arena struct {
 
 	retired *mapping.Retired // the mapping once Close replaced it (under mu)
 
+	usesMu sync.Mutex
+	usesBy map[int]*uses // each map's use counts, by use-table offset (see usesOf)
+
 	// inflight counts operations of this process that may hold a lock in
 	// the file (writes, publishes, repairs). Close retires the mapping
 	// only once every count is zero; reads, which take no lock, are not

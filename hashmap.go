@@ -30,6 +30,9 @@ import (
 //	...  evicting maps: one read-count byte per slot, 64-aligned, then per
 //	     segment a small and a main queue of 8-byte hashes (see evict.go)
 //	...  8 bytes of padding past a 64-byte boundary, then slots x slot size
+//	...  64-aligned, the use counts: one 32-byte line per process-table
+//	     entry (see hashmap_uses.go), then the compute table (see
+//	     hashmap_compute.go)
 //
 // A slot:
 //
@@ -146,6 +149,10 @@ type Map struct {
 	q         queues // eviction queues; q.on false for a plain map
 	countUses bool   // reads count uses: an evicting map not opened ReadOnly
 
+	useTable     int   // the use counts' lines (see hashmap_uses.go)
+	computeTable int   // see hashmap_compute.go
+	uses         *uses // this handle's use counts
+
 	// counterHints remember, in this process only, where Add last found
 	// each counter (see hintEntries); 8 KiB, nil for a typed map.
 	counterHints []byte
@@ -168,6 +175,20 @@ type MapStats struct {
 	ProbeLimited uint64
 	Moved        uint64 // entries moved back toward their home slot by deletes
 	MaxProbe     int    // the longest distance, in slots, any insert went from its home
+
+	// Hits and Misses count reads of a value (Load, AppendLoad, a typed
+	// map's Load, and LoadOrCompute's first look) that found their key,
+	// or not, as Redis's keyspace_hits and keyspace_misses do; their
+	// ratio is the cache's hit ratio. Exists, TTL, walks and writes are
+	// not counted. Loads counts LoadOrCompute functions that returned a
+	// value, LoadFailures those that returned an error (or a value the
+	// map refused). Every process adds its counts to the file at least
+	// every 64 counts of a kind per CPU it runs on, when it reads Stats
+	// and when it closes, so another process's latest uses may show a
+	// little late, and a process killed loses its last unadded ones. The
+	// totals of processes that closed or died stay in: they never go
+	// back. A read-only handle counts nothing.
+	Hits, Misses, Loads, LoadFailures uint64
 }
 
 func init() {
@@ -271,7 +292,12 @@ func checkMapShape(slots, slotSize, stripes int64) error {
 
 // mapLength returns a map region's length in bytes.
 func mapLength(slots, slotSize, stripes int64, evict bool) int64 {
-	return slotsOffset(slots, stripes, evict) + slotsPad + slots*slotSize
+	return tailOffset(slots, slotSize, stripes, evict) + useTableBytes + computeTableBytes
+}
+
+// tailOffset is where the use counts start, after the slots.
+func tailOffset(slots, slotSize, stripes int64, evict bool) int64 {
+	return layout.Align(slotsOffset(slots, stripes, evict) + slotsPad + slots*slotSize)
 }
 
 func tagsOffset(stripes int64) int64 { return mapHeader + layout.Align(stripes*stripeStride) }
@@ -305,6 +331,9 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		encoded:  e.Params[3] != 0,
 		seed:     a.seed,
 	}
+	m.useTable = o + int(tailOffset(int64(slots), int64(slotSize), int64(stripes), evict))
+	m.computeTable = m.useTable + useTableBytes
+	m.uses = a.usesOf(m.useTable)
 	if evict {
 		m.q = newQueues(m)
 		m.countUses = !a.readOnly
@@ -417,7 +446,13 @@ func (m *Map) Stats() MapStats {
 	}
 	defer runtime.KeepAlive(m)
 	used, tomb := m.counts()
+	m.uses.flush()
+	u := sumUses(m.mem, m.useTable)
 	return MapStats{
+		Hits:         u[useHits],
+		Misses:       u[useMisses],
+		Loads:        u[useLoads],
+		LoadFailures: u[useLoadFailures],
 		Used:         used,
 		Capacity:     int(m.slots),
 		Tombstones:   tomb,

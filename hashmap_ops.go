@@ -76,6 +76,7 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 		return dst, false
 	}
 	_, out, ok := m.readKey(key, m.hashKey(key), dst, true)
+	m.uses.hit(ok)
 	runtime.KeepAlive(m)
 	return out, ok
 }

@@ -229,6 +229,7 @@ func printStats(e *env, cur sample, prev *sample) {
 				t.row("  "+label(n), v, rt)
 			}
 			t.row("  longest probe", fmt.Sprintf("%d slots", r.Map.MaxProbe), "")
+			t.row("  hit ratio", hitRatio(r.Map, old), "")
 			t.flush()
 		case r.Ring != nil:
 			fmt.Fprintf(w, "ring %q (%s, %d slots x %s)\n", r.Name, bytesText(r.Bytes), r.Ring.Slots, bytesText(int64(r.Ring.SlotSize)))
@@ -284,6 +285,17 @@ func printStats(e *env, cur sample, prev *sample) {
 			t.flush()
 		}
 	}
+}
+
+// hitRatio renders hits over reads (hits and misses): since the map was
+// made, and, with an earlier sample, since then.
+func hitRatio(m *shmarena.MapStats, old *shmarena.RegionStats) string {
+	total := percent(int64(m.Hits), int64(m.Hits+m.Misses))
+	if old == nil || old.Map == nil {
+		return total
+	}
+	dh, dm := m.Hits-old.Map.Hits, m.Misses-old.Map.Misses
+	return fmt.Sprintf("%s (%s lately)", total, percent(int64(dh), int64(dh+dm)))
 }
 
 func orDash(s string) string {

@@ -421,6 +421,9 @@ func TestGolden(t *testing.T) {
 	m, err := a.Map("sessions", shmarena.WithSlots(64), shmarena.WithStripes(2))
 	require.NoError(t, err)
 	require.NoError(t, m.Store("s1", []byte("ada")))
+	for _, k := range []string{"s1", "s1", "s1", "s2"} { // a hit ratio of 75%
+		m.Load(k)
+	}
 	r, err := a.Ring("events", shmarena.WithSlots(16), shmarena.WithSlotSize(64), shmarena.WithMaxInFlight(0))
 	require.NoError(t, err)
 	g, err := r.Group("audit", shmarena.FromStart())

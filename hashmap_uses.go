@@ -1,0 +1,161 @@
+package shmarena
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/owner"
+	"github.com/shmarena/shmarena/internal/percpu"
+)
+
+// This file: the map's use counts (hits, misses, loads, load failures).
+//
+// A count that every read bumped in one shared word would make each read
+// write a cache line that every core and process also writes, which costs
+// more than the read. So the counts are kept where only one writer is:
+//
+//   - in this process, one shard per P (the runtime's processor), written
+//     only by the goroutine running on that P while it is pinned there,
+//     with plain stores;
+//   - in the file, one 32-byte line per process-table entry at the map's
+//     tail, to which this process adds its shards' counts (64 at a time,
+//     when it reads Stats, and when it closes).
+//
+// Stats sums the lines of every entry. A line is never reset: a handle
+// that takes an entry adds to what the entry's earlier holders counted,
+// so the totals of handles that closed or died stay in, and the sums
+// never go back. A process killed loses what it had not yet added (under
+// 64 per P and count); another process's counts show in Stats within 64
+// of its uses per P, and exactly once it closes.
+
+// The counts, as word indexes in a line.
+const (
+	useHits = iota
+	useMisses
+	useLoads
+	useLoadFailures
+	useKinds
+
+	useLine       = 32 // written only when a process adds its shards: two may share a cache line
+	useTableBytes = owner.Entries * useLine
+	useFlushEvery = 64 // a shard adds its counts to the file every 64 of one kind
+)
+
+// A useShard is one P's counts: n, written only by the pinned goroutine,
+// and what of them flush has added to the file. 128 bytes, so that no two
+// shards share a cache line whatever the slice's alignment.
+type useShard struct {
+	n   [useKinds]atomic.Uint64
+	pub [useKinds]atomic.Uint64
+	_   [128 - 2*useKinds*8]byte
+}
+
+// uses are one map's counts in this process: one per region and arena
+// handle, shared by every Map value of the region (see Arena.usesOf).
+type uses struct {
+	mem    []byte
+	line   int // this handle's line in the file; -1: counts nothing
+	table  int // the first line
+	mu     sync.Mutex
+	shards []useShard
+}
+
+// noUses counts nothing: a read-only handle's, which holds no entry of the
+// process table and writes nothing.
+var noUses = &uses{line: -1}
+
+// usesOf returns the counts of the map whose use table is at table.
+func (a *Arena) usesOf(table int) *uses {
+	if a.readOnly || a.own == nil || a.own.Index() < 0 {
+		return noUses
+	}
+	a.usesMu.Lock()
+	defer a.usesMu.Unlock()
+	if u := a.usesBy[table]; u != nil {
+		return u
+	}
+	if a.usesBy == nil {
+		a.usesBy = map[int]*uses{}
+	}
+	u := &uses{mem: a.mem, table: table, line: table + a.own.Index()*useLine,
+		shards: make([]useShard, runtime.GOMAXPROCS(0))}
+	a.usesBy[table] = u
+	return u
+}
+
+// add counts one use of kind k. It writes no shared cache line: the shard
+// of the P it runs on, and every 64th time the handle's own line.
+func (u *uses) add(k int) {
+	if u.line < 0 {
+		return
+	}
+	p := percpu.Pin()
+	if p >= len(u.shards) { // GOMAXPROCS raised since: count in the file
+		percpu.Unpin()
+		mem.Add64(u.mem, u.line+8*k, 1)
+		return
+	}
+	s := &u.shards[p]
+	c := s.n[k].Load() + 1
+	s.n[k].Store(c) // only this P writes it, and the goroutine is pinned
+	if c%useFlushEvery == 0 && u.mu.TryLock() {
+		u.flushShard(s)
+		u.mu.Unlock()
+	}
+	percpu.Unpin()
+}
+
+// hit counts a read that found its key (true) or missed.
+func (u *uses) hit(found bool) {
+	if found {
+		u.add(useHits)
+	} else {
+		u.add(useMisses)
+	}
+}
+
+// flush adds every shard's unflushed counts to the handle's line.
+func (u *uses) flush() {
+	if u.line < 0 {
+		return
+	}
+	u.mu.Lock()
+	for i := range u.shards {
+		u.flushShard(&u.shards[i])
+	}
+	u.mu.Unlock()
+}
+
+// flushShard adds s's unflushed counts to the line; the caller holds mu.
+func (u *uses) flushShard(s *useShard) {
+	for k := range useKinds {
+		c := s.n[k].Load()
+		if d := c - s.pub[k].Load(); d != 0 {
+			s.pub[k].Store(c)
+			mem.Add64(u.mem, u.line+8*k, d)
+		}
+	}
+}
+
+// flushUses adds this handle's counts of every map to the file; Close
+// calls it while the mapping is still the file's.
+func (a *Arena) flushUses() {
+	a.usesMu.Lock()
+	defer a.usesMu.Unlock()
+	for _, u := range a.usesBy {
+		u.flush()
+	}
+}
+
+// sumUses returns the counts of every process-table entry's line of the
+// use table at table.
+func sumUses(b []byte, table int) (c [useKinds]uint64) {
+	for i := range owner.Entries {
+		for k := range useKinds {
+			c[k] += mem.Load64(b, table+i*useLine+8*k)
+		}
+	}
+	return c
+}
