@@ -2,6 +2,7 @@ package shmarena
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -268,3 +269,49 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// LoadOrCompute returns key's value, decoded, and true when it is present;
+// when it is absent, exactly one caller on the host runs fn and stores its
+// value with opts, and the others wait for it, with Map.LoadOrCompute's
+// rules and errors. The caller that ran fn returns fn's value itself (not
+// a decoded copy) with false. ErrEncode when fn's value cannot be
+// encoded (counted as a load failure, nothing stored); ErrCorrupt or
+// ErrTypeMismatch when the stored bytes do not decode as V.
+func (t *TypedMap[V]) LoadOrCompute(ctx context.Context, key string, fn func(ctx context.Context) (V, error), opts ...WriteOption) (value V, loaded bool, err error) {
+	var made V
+	b, loaded, err := t.m.LoadOrCompute(ctx, key, func(ctx context.Context) ([]byte, error) {
+		v, err := fn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		made = v
+		st := getEnc()
+		defer putEnc(st)
+		b, err := t.encode(st, &v)
+		if err != nil {
+			return nil, errEncoded{err}
+		}
+		return append([]byte(nil), b...), nil
+	}, opts...)
+	switch {
+	case err != nil:
+		var e errEncoded
+		if errors.As(err, &e) {
+			err = e.err
+		}
+		return value, false, err
+	case !loaded:
+		return made, false, nil
+	}
+	if err := t.decode(key, b, &value); err != nil {
+		var zero V
+		return zero, true, err
+	}
+	return value, true, nil
+}
+
+// errEncoded carries an encoding error of a typed LoadOrCompute's value
+// out through Map.LoadOrCompute, which wraps the errors of fn.
+type errEncoded struct{ err error }
+
+func (e errEncoded) Error() string { return e.err.Error() }

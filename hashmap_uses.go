@@ -3,7 +3,6 @@ package shmarena
 import (
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/shmarena/shmarena/internal/owner"
@@ -43,23 +42,24 @@ const (
 	useFlushEvery = 64 // a shard adds its counts to the file every 64 of one kind
 )
 
-// A useShard is one P's counts: n, written only by the pinned goroutine,
-// and what of them flush has added to the file. 128 bytes, so that no two
-// shards share a cache line whatever the slice's alignment.
-type useShard struct {
-	n   [useKinds]atomic.Uint64
-	pub [useKinds]atomic.Uint64
-	_   [128 - 2*useKinds*8]byte
-}
+// useShardBytes is one P's counts in this process: 128 bytes, so that no
+// two Ps' counts share a cache line whatever the buffer's alignment.
+const useShardBytes = 128
 
 // uses are one map's counts in this process: one per region and arena
 // handle, shared by every Map value of the region (see Arena.usesOf).
 type uses struct {
-	mem    []byte
-	line   int // this handle's line in the file; -1: counts nothing
-	table  int // the first line
-	mu     sync.Mutex
-	shards []useShard
+	mem   []byte
+	line  int // this handle's line in the file; -1: counts nothing
+	table int // the first line
+
+	// shards holds one P's counts per useShardBytes, each written only
+	// by the goroutine running on that P while pinned there: a plain
+	// store (mem.Put64), no locked instruction.
+	shards  []byte
+	nshards int
+	mu      sync.Mutex
+	pub     []uint64 // per shard and kind, what flush has added to the file (under mu)
 }
 
 // noUses counts nothing: a read-only handle's, which holds no entry of the
@@ -79,8 +79,9 @@ func (a *Arena) usesOf(table int) *uses {
 	if a.usesBy == nil {
 		a.usesBy = map[int]*uses{}
 	}
+	n := runtime.GOMAXPROCS(0)
 	u := &uses{mem: a.mem, table: table, line: table + a.own.Index()*useLine,
-		shards: make([]useShard, runtime.GOMAXPROCS(0))}
+		shards: make([]byte, n*useShardBytes), nshards: n, pub: make([]uint64, n*useKinds)}
 	a.usesBy[table] = u
 	return u
 }
@@ -92,16 +93,16 @@ func (u *uses) add(k int) {
 		return
 	}
 	p := percpu.Pin()
-	if p >= len(u.shards) { // GOMAXPROCS raised since: count in the file
+	if p >= u.nshards { // GOMAXPROCS raised since: count in the file
 		percpu.Unpin()
 		mem.Add64(u.mem, u.line+8*k, 1)
 		return
 	}
-	s := &u.shards[p]
-	c := s.n[k].Load() + 1
-	s.n[k].Store(c) // only this P writes it, and the goroutine is pinned
+	o := p*useShardBytes + 8*k
+	c := mem.Load64(u.shards, o) + 1
+	mem.Put64(u.shards, o, c) // only this P writes it, and the goroutine is pinned
 	if c%useFlushEvery == 0 && u.mu.TryLock() {
-		u.flushShard(s)
+		u.flushShard(p)
 		u.mu.Unlock()
 	}
 	percpu.Unpin()
@@ -122,18 +123,19 @@ func (u *uses) flush() {
 		return
 	}
 	u.mu.Lock()
-	for i := range u.shards {
-		u.flushShard(&u.shards[i])
+	for p := range u.nshards {
+		u.flushShard(p)
 	}
 	u.mu.Unlock()
 }
 
-// flushShard adds s's unflushed counts to the line; the caller holds mu.
-func (u *uses) flushShard(s *useShard) {
+// flushShard adds shard p's unflushed counts to the line; the caller
+// holds mu.
+func (u *uses) flushShard(p int) {
 	for k := range useKinds {
-		c := s.n[k].Load()
-		if d := c - s.pub[k].Load(); d != 0 {
-			s.pub[k].Store(c)
+		c := mem.Load64(u.shards, p*useShardBytes+8*k)
+		if d := c - u.pub[p*useKinds+k]; d != 0 {
+			u.pub[p*useKinds+k] = c
 			mem.Add64(u.mem, u.line+8*k, d)
 		}
 	}
