@@ -217,9 +217,13 @@ func (t *TypedMap[V]) CompareAndSwap(key string, old, new V) (swapped bool, err 
 // returned), ErrFull (a new key in a full table), ErrEmptyKey, ErrClosed.
 func (t *TypedMap[V]) Update(key string, fn func(old V, ok bool) (V, bool), opts ...WriteOption) (V, error) {
 	var result V
+	c, err := t.m.writeOpts(opts)
+	if err != nil {
+		return result, err
+	}
 	st := getEnc()
 	defer putEnc(st)
-	err := t.m.update(key, writeOpts(opts), func(oldb []byte, ok bool) ([]byte, bool, error) {
+	err = t.m.update(key, c, func(oldb []byte, ok bool) ([]byte, bool, error) {
 		var old V
 		if ok {
 			if err := t.decode(key, oldb, &old); err != nil {
@@ -276,7 +280,7 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 	if err := m.check(key, 0); err != nil {
 		return err
 	}
-	if c.ttl <= 0 {
+	if !c.ttlSet {
 		c.keepTTL = true
 	}
 	h := m.hashKey(key)

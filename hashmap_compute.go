@@ -74,6 +74,10 @@ func (m *Map) LoadOrCompute(ctx context.Context, key string, fn func(ctx context
 	if err := m.check(key, 0); err != nil {
 		return nil, false, err
 	}
+	c, err := m.writeOpts(opts)
+	if err != nil {
+		return nil, false, err
+	}
 	defer runtime.KeepAlive(m)
 	h := m.hashKey(key)
 	if _, v, ok := m.readKey(key, h, []byte{}, true); ok {
@@ -99,7 +103,7 @@ func (m *Map) LoadOrCompute(ctx context.Context, key string, fn func(ctx context
 		m.unlock(s)
 		switch {
 		case mine:
-			return m.compute(ctx, key, h, s, e, fn, opts)
+			return m.compute(ctx, key, h, s, e, fn, c)
 		case e < 0: // no free entry near h: wait for one
 			if err := sleepCtx(ctx, computePoll); err != nil {
 				return nil, false, err
@@ -192,7 +196,7 @@ func (m *Map) computeOff(i int) int { return m.computeTable + i*computeEntrySize
 
 // compute runs fn for key, whose computation entry e this handle claimed,
 // stores its value, and frees the entry, also when fn panics.
-func (m *Map) compute(ctx context.Context, key string, h, s uint64, e int, fn func(context.Context) ([]byte, error), opts []WriteOption) (value []byte, loaded bool, err error) {
+func (m *Map) compute(ctx context.Context, key string, h, s uint64, e int, fn func(context.Context) ([]byte, error), c writeConfig) (value []byte, loaded bool, err error) {
 	o := m.computeOff(e)
 	freed := false
 	defer func() {
@@ -219,7 +223,7 @@ func (m *Map) compute(ctx context.Context, key string, h, s uint64, e int, fn fu
 			freed = true
 			return value, false, ErrClosed
 		}
-		err = m.storeLocked(s, key, h, value, writeOpts(opts), nil)
+		err = m.storeLocked(s, key, h, value, c, nil)
 		m.freeCompute(o)
 		m.unlockErr(s, &err)
 	} else if m.lock(s) {

@@ -193,7 +193,7 @@ func TestMapTTL(t *testing.T) {
 	require.True(t, m.Expire("k", time.Hour))
 	left, _ = m.TTL("k")
 	require.Greater(t, left, 59*time.Minute)
-	require.True(t, m.Expire("k", 0))
+	require.True(t, m.Persist("k"))
 	left, _ = m.TTL("k")
 	require.Zero(t, left)
 	require.False(t, m.Expire("absent", time.Second))
