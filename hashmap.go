@@ -122,8 +122,9 @@ var oddPatience = 5 * time.Millisecond
 
 // A Map is a fixed-capacity hash map in an arena, shared by every process
 // that opens the arena. Reads take no lock (each slot is a seqlock); writes
-// take one of a stripe of robust locks chosen by the key's hash; deleted
-// entries become tombstones. Keys are strings of arbitrary bytes (NUL
+// take one of a stripe of robust locks chosen by the key's hash; a delete
+// moves the entries after the deleted one back toward their home slots, so
+// the table keeps no trace of deleted keys. Keys are strings of arbitrary bytes (NUL
 // included); values are byte slices.
 //
 // A Map's methods are safe for concurrent use by goroutines and processes.
@@ -396,9 +397,10 @@ func (m *Map) Capacity() int { return int(m.slots) }
 func (m *Map) MaxPair() int { return m.maxPair }
 
 // Len returns the number of entries held, counting lapsed ones (TTL past,
-// so Exists reports them absent) until they are collected; 0 after Close. It sums one share per stripe (see counts), so
-// it costs a load per stripe and, under concurrent writes, may be off by
-// the writes in flight.
+// so Exists reports them absent) until they are collected; 0 after Close.
+// It sums a count per segment (WithStripes), so it costs a load per
+// segment and, under concurrent writes, may be off by the writes in
+// flight.
 func (m *Map) Len() int {
 	if m.a.closed.Load() {
 		return 0

@@ -401,7 +401,8 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 // and not a lock, with sync.Map.Range's promise: each key present for the
 // whole walk is yielded exactly once, and entries stored or deleted while
 // it runs may or may not appear. Each segment is read inside one even,
-// unchanged move version (see remove), so a key moved back by a delete is
+// unchanged move version (a count a delete makes odd while it moves
+// entries back), so a key moved back by a delete is
 // neither skipped nor seen twice. Empty after Close.
 func (m *Map) All() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
