@@ -78,6 +78,9 @@ func shape(r shmarena.RegionInfo) string {
 		if r.Typed {
 			s += ", typed"
 		}
+		if r.Evicting {
+			s += ", evicting"
+		}
 	case shmarena.KindRing:
 		s += fmt.Sprintf(", %d in flight", r.MaxInFlight)
 	}
@@ -327,7 +330,7 @@ func watchJSON(cur sample, prev *sample) any {
 			names, now := numericFields(a)
 			_, before := numericFields(b)
 			for i, n := range names {
-				out.Rates[prefix+n] = float64(now[i]-before[i]) / secs
+				out.Rates[prefix+snakeCase(n)] = float64(now[i]-before[i]) / secs
 			}
 		}
 		switch {
@@ -387,7 +390,8 @@ func runCheck(e *env, fs *flag.FlagSet, args []string) error {
 }
 
 func locksFlags(fs *flag.FlagSet) {
-	fs.Bool("recover", false, "take over the locks of dead owners and repair what they left (writes)")
+	fs.Bool("recover", false, "take over the locks of dead owners and repair what they left (writes; asks first)")
+	yesFlag(fs)
 }
 
 func runLocks(e *env, fs *flag.FlagSet, args []string) error {
@@ -397,6 +401,19 @@ func runLocks(e *env, fs *flag.FlagSet, args []string) error {
 			return err
 		}
 		defer a.Close()
+		locks, err := a.Locks()
+		if err != nil {
+			return err
+		}
+		dead := 0
+		for _, l := range locks {
+			if !l.Alive {
+				dead++
+			}
+		}
+		if err := e.confirm(flagBool(fs, "yes"), fmt.Sprintf("take over %d lock(s) of dead owners in %s and repair what they left?", dead, args[0])); err != nil {
+			return err
+		}
 		done, err := a.RecoverLocks()
 		if err != nil {
 			return err
