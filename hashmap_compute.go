@@ -68,6 +68,7 @@ const (
 // most 128 keys per map are computed at once; more callers wait their turn.
 // Safe for concurrent use by goroutines and processes.
 func (m *Map) LoadOrCompute(ctx context.Context, key string, fn func(ctx context.Context) ([]byte, error), opts ...WriteOption) (value []byte, loaded bool, err error) {
+	defer catchFault(m.a, guard(), &err)
 	if err := m.refuse("load or compute"); err != nil {
 		return nil, false, err
 	}
