@@ -87,34 +87,48 @@ func (a *Arena) usesOf(table int) *uses {
 }
 
 // add counts one use of kind k. It writes no shared cache line: the shard
-// of the P it runs on, and every 64th time the handle's own line.
+// of the P it runs on, and every 64th time the handle's own line. Small
+// enough to be inlined into the read path.
 func (u *uses) add(k int) {
-	if u.line < 0 {
-		return
-	}
 	p := percpu.Pin()
-	if p >= u.nshards { // GOMAXPROCS raised since: count in the file
+	if o := p*useShardBytes + 8*k; o < len(u.shards) {
+		c := mem.Load64(u.shards, o) + 1
+		mem.Put64(u.shards, o, c) // only this P writes it, and the goroutine is pinned
+		if c%useFlushEvery == 0 {
+			u.flushPinned(p)
+		}
 		percpu.Unpin()
-		mem.Add64(u.mem, u.line+8*k, 1)
 		return
 	}
-	o := p*useShardBytes + 8*k
-	c := mem.Load64(u.shards, o) + 1
-	mem.Put64(u.shards, o, c) // only this P writes it, and the goroutine is pinned
-	if c%useFlushEvery == 0 && u.mu.TryLock() {
+	percpu.Unpin()
+	u.addUnsharded(k)
+}
+
+// flushPinned adds shard p's counts to the file, unless a flush runs
+// already; the caller is pinned to p.
+func (u *uses) flushPinned(p int) {
+	if u.mu.TryLock() {
 		u.flushShard(p)
 		u.mu.Unlock()
 	}
-	percpu.Unpin()
+}
+
+// addUnsharded counts a use of a P past the shards (GOMAXPROCS raised
+// since the handle was made) straight into the file; a read-only
+// handle's uses (no shards, no line) are not counted.
+func (u *uses) addUnsharded(k int) {
+	if u.line >= 0 {
+		mem.Add64(u.mem, u.line+8*k, 1)
+	}
 }
 
 // hit counts a read that found its key (true) or missed.
 func (u *uses) hit(found bool) {
+	k := useMisses
 	if found {
-		u.add(useHits)
-	} else {
-		u.add(useMisses)
+		k = useHits
 	}
+	u.add(k)
 }
 
 // flush adds every shard's unflushed counts to the handle's line.
