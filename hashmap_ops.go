@@ -26,7 +26,10 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) (err error) {
 	if err := m.check(key, len(value)); err != nil {
 		return err
 	}
-	c := writeOpts(opts)
+	c, err := m.writeOpts(opts)
+	if err != nil {
+		return err
+	}
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
@@ -78,6 +81,7 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 		return dst, false
 	}
 	_, out, ok := m.readKey(key, m.hashKey(key), dst, true)
+	m.uses.hit(ok)
 	runtime.KeepAlive(m)
 	return out, ok
 }
@@ -155,6 +159,10 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
+	c, err := m.writeOpts(opts)
+	if err != nil {
+		return nil, false, err
+	}
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
@@ -165,7 +173,7 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	if found && !lapsed(v.deadline) {
 		return m.appendValue([]byte{}, v.off, v.meta), true, nil
 	}
-	if err := m.storeLocked(s, key, h, value, writeOpts(opts), nil); err != nil {
+	if err := m.storeLocked(s, key, h, value, c, nil); err != nil {
 		return nil, false, err
 	}
 	return value, false, nil
@@ -181,13 +189,17 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
+	c, err := m.writeOpts(opts)
+	if err != nil {
+		return nil, false, err
+	}
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return nil, false, ErrClosed
 	}
 	defer m.unlockErr(s, &err)
-	if err := m.storeLocked(s, key, h, value, writeOpts(opts), &previous); err != nil {
+	if err := m.storeLocked(s, key, h, value, c, &previous); err != nil {
 		return nil, false, err
 	}
 	return previous, previous != nil, nil
@@ -312,10 +324,28 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 	return mem.Equal(m.mem, v.off+sData+metaKeyLen(v.meta), b)
 }
 
-// Expire sets key's deadline to ttl from now (ttl <= 0 removes it, as
-// Redis PERSIST does) and reports whether the key was present. A lapsed
-// entry is collected (counted in Stats.Expired) and reports false.
+// Expire sets key's deadline to ttl from now and reports whether the key
+// was present, as Redis EXPIRE does; a ttl of zero or less deletes the key
+// (Redis's EXPIRE k 0), reporting whether it was present. A lapsed entry is
+// collected (counted in Stats.Expired) and reports false. False on a
+// read-only handle and after Close. It takes the key's stripe lock.
 func (m *Map) Expire(key string, ttl time.Duration) bool {
+	if ttl <= 0 {
+		return m.Delete(key)
+	}
+	return m.setDeadline(key, ttl)
+}
+
+// Persist removes key's deadline and reports whether it had one, as Redis
+// PERSIST does: false for an absent or lapsed key (a lapsed one is
+// collected) and for a key without a deadline. False on a read-only handle
+// and after Close. It takes the key's stripe lock.
+func (m *Map) Persist(key string) bool { return m.setDeadline(key, 0) }
+
+// setDeadline sets key's deadline to ttl from now, or removes it (ttl 0),
+// and reports whether it changed a live key's deadline (Expire) or removed
+// one (Persist).
+func (m *Map) setDeadline(key string, ttl time.Duration) bool {
 	defer catchFault(m.a, guard(), nil)
 	if m.a.readOnly {
 		return false
@@ -330,7 +360,7 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
-	if !found {
+	if !found || ttl == 0 && v.deadline == 0 {
 		return false
 	}
 	crashPoint("expire")
