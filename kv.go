@@ -78,15 +78,16 @@ type WriteSettings struct {
 	KeepTTL bool
 }
 
-// ResolveWriteOptions folds opts as Map's writes do (the last nonzero TTL
-// wins; any WithKeepTTL sets KeepTTL). Backends of KeyValue use it.
-func ResolveWriteOptions(opts ...WriteOption) WriteSettings {
-	c := writeOpts(opts)
-	ttl := c.ttl
-	if ttl < 0 {
-		ttl = 0
+// ResolveWriteOptions folds opts as Map's writes do (the last WithTTL
+// wins) and refuses what Map refuses, with the same ErrInvalid error: a
+// TTL of zero or less, and WithTTL together with WithKeepTTL. Backends of
+// KeyValue use it so that every backend keeps one set of TTL rules.
+func ResolveWriteOptions(opts ...WriteOption) (WriteSettings, error) {
+	c, err := writeOpts(opts)
+	if err != nil {
+		return WriteSettings{}, err
 	}
-	return WriteSettings{TTL: ttl, KeepTTL: c.keepTTL}
+	return WriteSettings{TTL: c.ttl, KeepTTL: c.keepTTL}, nil
 }
 
 // MapKeyValue is the KeyValue of a Map in shared memory. It is a value

@@ -39,11 +39,27 @@ func TestKeyValueAdapterReadsAllocateNothing(t *testing.T) {
 
 // The settings a backend resolves are the ones Map applies.
 func TestResolveWriteOptions(t *testing.T) {
-	assert.Equal(t, WriteSettings{}, ResolveWriteOptions())
-	assert.Equal(t, WriteSettings{TTL: time.Second}, ResolveWriteOptions(WithTTL(time.Second)))
-	assert.Equal(t, WriteSettings{TTL: 2 * time.Second, KeepTTL: true},
-		ResolveWriteOptions(WithTTL(time.Second), WithKeepTTL(), WithTTL(2*time.Second)))
-	assert.Equal(t, WriteSettings{}, ResolveWriteOptions(WithTTL(-time.Second)))
+	for _, c := range []struct {
+		opts []WriteOption
+		want WriteSettings
+	}{
+		{nil, WriteSettings{}},
+		{[]WriteOption{WithTTL(time.Second)}, WriteSettings{TTL: time.Second}},
+		{[]WriteOption{WithTTL(time.Second), WithTTL(2 * time.Second)}, WriteSettings{TTL: 2 * time.Second}},
+		{[]WriteOption{WithKeepTTL()}, WriteSettings{KeepTTL: true}},
+	} {
+		got, err := ResolveWriteOptions(c.opts...)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, got)
+	}
+	for _, bad := range [][]WriteOption{
+		{WithTTL(-time.Second)},
+		{WithTTL(0)},
+		{WithTTL(time.Second), WithKeepTTL()},
+	} {
+		_, err := ResolveWriteOptions(bad...)
+		assert.ErrorIs(t, err, ErrInvalid)
+	}
 }
 
 func TestResolveReaderOptions(t *testing.T) {

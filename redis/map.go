@@ -119,7 +119,11 @@ func (m *Map) Store(ctx context.Context, key string, value []byte, opts ...shmar
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	args := pxArgs([]any{"SET", m.key(key), value}, shmarena.ResolveWriteOptions(opts...))
+	ws, err := shmarena.ResolveWriteOptions(opts...)
+	if err != nil {
+		return err
+	}
+	args := pxArgs([]any{"SET", m.key(key), value}, ws)
 	if err := m.c.Do(ctx, args...).Err(); err != nil {
 		return wrap("SET", key, err)
 	}
@@ -131,7 +135,10 @@ func (m *Map) LoadOrStore(ctx context.Context, key string, value []byte, opts ..
 	if err := checkKey(key); err != nil {
 		return nil, false, err
 	}
-	ws := shmarena.ResolveWriteOptions(opts...)
+	ws, err := shmarena.ResolveWriteOptions(opts...)
+	if err != nil {
+		return nil, false, err
+	}
 	ws.KeepTTL = false // a new key has no deadline to keep
 	args := pxArgs([]any{"SET", m.key(key), value, "NX", "GET"}, ws)
 	old, err := m.c.Do(ctx, args...).Text()
@@ -149,7 +156,11 @@ func (m *Map) Swap(ctx context.Context, key string, value []byte, opts ...shmare
 	if err := checkKey(key); err != nil {
 		return nil, false, err
 	}
-	args := pxArgs([]any{"SET", m.key(key), value, "GET"}, shmarena.ResolveWriteOptions(opts...))
+	ws, err := shmarena.ResolveWriteOptions(opts...)
+	if err != nil {
+		return nil, false, err
+	}
+	args := pxArgs([]any{"SET", m.key(key), value, "GET"}, ws)
 	old, err := m.c.Do(ctx, args...).Text()
 	if errors.Is(err, goredis.Nil) {
 		return nil, false, nil
@@ -211,7 +222,10 @@ func (m *Map) Add(ctx context.Context, key string, delta int64, opts ...shmarena
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
-	ws := shmarena.ResolveWriteOptions(opts...)
+	ws, err := shmarena.ResolveWriteOptions(opts...)
+	if err != nil {
+		return 0, err
+	}
 	var ms int64
 	if ws.TTL > 0 {
 		ms = millis(ws.TTL)
