@@ -213,6 +213,9 @@ func pendWord(state, deliveries uint32) uint64 { return uint64(state)<<32 | uint
 // not holding it, when the arena is closed or the group was dropped.
 func (g *Group) lockAck() bool {
 	r := g.r
+	if !g.current() { // dropped: do not wait for a lock a member of it may hold
+		return false
+	}
 	if !r.a.enter(0) {
 		return false
 	}
