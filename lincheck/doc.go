@@ -15,7 +15,7 @@
 // and may or may not have taken effect.
 //
 // It is a module of its own so that the core keeps its dependencies.
-// go test runs a short check (under a minute: five rounds with kills, and
+// go test runs a short check (under a minute: four rounds with kills, and
 // two builds with a guarantee broken on purpose that the checker must
 // catch: tag shmarena_broken, a CompareAndSwap that compares outside the
 // lock, and tag shmarena_broken_ack, an Ack that ignores who holds the

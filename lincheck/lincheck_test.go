@@ -27,7 +27,7 @@ func config(t *testing.T, bin string) (roundConfig, int) {
 	// Short rounds: porcupine's cost grows faster than a key's history,
 	// so many short histories check faster than a few long ones.
 	cfg := roundConfig{bin: bin, workers: 6, dur: 2 * time.Second, kills: 3}
-	rounds := 5
+	rounds := 4
 	if *long {
 		cfg.dur, cfg.kills, rounds = 3*time.Second, 6, 40
 	}
