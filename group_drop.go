@@ -33,7 +33,8 @@ import (
 // middle of an update (a Claim or Ack; even one stopped there, by SIGSTOP
 // or a debugger) finishes it on the dropped entry, which a later Group or
 // DropGroup on the ring frees for a new group once no member holds it.
-func (r *Ring) DropGroup(name string) error {
+func (r *Ring) DropGroup(name string) (err error) {
+	defer catchFault(r.a, guard(), &err)
 	if r.closed() {
 		return ErrClosed
 	}
