@@ -86,7 +86,7 @@ func WithMaxDeliveries(n int) ReaderOption {
 // at that moment, and otherwise the letter stands for its own (the record
 // is dead-lettered once, on the first group's topic). So groups giving up
 // never wait for one another, whatever their number and order of giving
-// up (see docs/queue.md).
+// up (see docs/queues.md).
 // It needs WithAck and WithMaxDeliveries; every member must ask for the
 // same topic (ErrShape). A group that takes every topic skips its own
 // dead-letter topic.
