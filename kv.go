@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"fmt"
 	"context"
 	"time"
 )
@@ -78,15 +79,16 @@ type WriteSettings struct {
 	KeepTTL bool
 }
 
-// ResolveWriteOptions folds opts as Map's writes do (the last nonzero TTL
-// wins; any WithKeepTTL sets KeepTTL). Backends of KeyValue use it.
-func ResolveWriteOptions(opts ...WriteOption) WriteSettings {
-	c := writeOpts(opts)
-	ttl := c.ttl
-	if ttl < 0 {
-		ttl = 0
+// ResolveWriteOptions folds opts as Map's writes do (the last WithTTL
+// wins; any WithKeepTTL sets KeepTTL), and refuses what they refuse with
+// ErrInvalid: a WithTTL of zero or less, or WithTTL with WithKeepTTL (see
+// docs/ttl.md). Backends of KeyValue use it.
+func ResolveWriteOptions(opts ...WriteOption) (WriteSettings, error) {
+	c, err := writeOpts(opts)
+	if err != nil {
+		return WriteSettings{}, fmt.Errorf("shmarena: %w", err)
 	}
-	return WriteSettings{TTL: ttl, KeepTTL: c.keepTTL}
+	return WriteSettings{TTL: c.ttl, KeepTTL: c.keepTTL}, nil
 }
 
 // MapKeyValue is the KeyValue of a Map in shared memory. It is a value

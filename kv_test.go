@@ -39,11 +39,19 @@ func TestKeyValueAdapterReadsAllocateNothing(t *testing.T) {
 
 // The settings a backend resolves are the ones Map applies.
 func TestResolveWriteOptions(t *testing.T) {
-	assert.Equal(t, WriteSettings{}, ResolveWriteOptions())
-	assert.Equal(t, WriteSettings{TTL: time.Second}, ResolveWriteOptions(WithTTL(time.Second)))
-	assert.Equal(t, WriteSettings{TTL: 2 * time.Second, KeepTTL: true},
-		ResolveWriteOptions(WithTTL(time.Second), WithKeepTTL(), WithTTL(2*time.Second)))
-	assert.Equal(t, WriteSettings{}, ResolveWriteOptions(WithTTL(-time.Second)))
+	resolve := func(opts ...WriteOption) WriteSettings {
+		ws, err := ResolveWriteOptions(opts...)
+		require.NoError(t, err)
+		return ws
+	}
+	assert.Equal(t, WriteSettings{}, resolve())
+	assert.Equal(t, WriteSettings{TTL: time.Second}, resolve(WithTTL(time.Second)))
+	assert.Equal(t, WriteSettings{TTL: 2 * time.Second}, resolve(WithTTL(time.Second), WithTTL(2*time.Second)))
+	assert.Equal(t, WriteSettings{KeepTTL: true}, resolve(WithKeepTTL()))
+	for _, bad := range [][]WriteOption{{WithTTL(-time.Second)}, {WithTTL(0)}, {WithTTL(time.Second), WithKeepTTL()}} {
+		_, err := ResolveWriteOptions(bad...)
+		require.ErrorIs(t, err, ErrInvalid, "the writes of Map refuse these too")
+	}
 }
 
 func TestResolveReaderOptions(t *testing.T) {

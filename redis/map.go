@@ -119,7 +119,11 @@ func (m *Map) Store(ctx context.Context, key string, value []byte, opts ...shmar
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	args := pxArgs([]any{"SET", m.key(key), value}, shmarena.ResolveWriteOptions(opts...))
+	ws, err := shmarena.ResolveWriteOptions(opts...)
+	if err != nil {
+		return err
+	}
+	args := pxArgs([]any{"SET", m.key(key), value}, ws)
 	if err := m.c.Do(ctx, args...).Err(); err != nil {
 		return wrap("SET", key, err)
 	}
@@ -131,7 +135,10 @@ func (m *Map) LoadOrStore(ctx context.Context, key string, value []byte, opts ..
 	if err := checkKey(key); err != nil {
 		return nil, false, err
 	}
-	ws := shmarena.ResolveWriteOptions(opts...)
+	ws, err := shmarena.ResolveWriteOptions(opts...)
+	if err != nil {
+		return nil, false, err
+	}
 	ws.KeepTTL = false // a new key has no deadline to keep
 	args := pxArgs([]any{"SET", m.key(key), value, "NX", "GET"}, ws)
 	old, err := m.c.Do(ctx, args...).Text()
@@ -149,7 +156,11 @@ func (m *Map) Swap(ctx context.Context, key string, value []byte, opts ...shmare
 	if err := checkKey(key); err != nil {
 		return nil, false, err
 	}
-	args := pxArgs([]any{"SET", m.key(key), value, "GET"}, shmarena.ResolveWriteOptions(opts...))
+	ws, err := shmarena.ResolveWriteOptions(opts...)
+	if err != nil {
+		return nil, false, err
+	}
+	args := pxArgs([]any{"SET", m.key(key), value, "GET"}, ws)
 	old, err := m.c.Do(ctx, args...).Text()
 	if errors.Is(err, goredis.Nil) {
 		return nil, false, nil
@@ -211,7 +222,10 @@ func (m *Map) Add(ctx context.Context, key string, delta int64, opts ...shmarena
 	if err := checkKey(key); err != nil {
 		return 0, err
 	}
-	ws := shmarena.ResolveWriteOptions(opts...)
+	ws, err := shmarena.ResolveWriteOptions(opts...)
+	if err != nil {
+		return 0, err
+	}
 	var ms int64
 	if ws.TTL > 0 {
 		ms = millis(ws.TTL)
@@ -250,8 +264,8 @@ func (m *Map) Counter(ctx context.Context, key string) (int64, bool, error) {
 	return n, true, nil
 }
 
-// Expire sets key's deadline (PEXPIRE), or removes it for ttl <= 0
-// (PERSIST, in a script that also reports whether key exists).
+// Expire sets key's deadline (PEXPIRE), or deletes key for ttl <= 0
+// (DEL), as Redis's EXPIRE k 0 and Map.Expire do.
 func (m *Map) Expire(ctx context.Context, key string, ttl time.Duration) (bool, error) {
 	if ttl > 0 {
 		ok, err := m.c.PExpire(ctx, m.key(key), time.Duration(millis(ttl))*time.Millisecond).Result()
@@ -260,9 +274,10 @@ func (m *Map) Expire(ctx context.Context, key string, ttl time.Duration) (bool, 
 		}
 		return ok, nil
 	}
-	n, err := scriptPersist.Run(ctx, m.c, []string{m.key(key)}).Int()
+	// EXPIRE k 0 deletes k, as Map.Expire does (docs/ttl.md).
+	n, err := m.c.Del(ctx, m.key(key)).Result()
 	if err != nil {
-		return false, wrap("PERSIST", key, err)
+		return false, wrap("DEL", key, err)
 	}
 	return n == 1, nil
 }
