@@ -1,8 +1,8 @@
 package shmarena
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"time"
 )
 
