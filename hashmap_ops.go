@@ -411,17 +411,14 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 // yielding each key with a copy of its value. It is a walk, not a snapshot
 // and not a lock, with sync.Map.Range's promise: each key present for the
 // whole walk is yielded exactly once, and entries stored or deleted while
-// it runs may or may not appear. Each segment is read inside one even,
-// unchanged move version (a count a delete makes odd while it moves
-// entries back), so a key moved back by a delete is
-// neither skipped nor seen twice. Empty after Close.
+// it runs may or may not appear. A key's value is read as Load reads it,
+// at some moment of the walk. The walk waits for a slot being written as
+// a writer waits for the segment's lock: until the writer finishes or is
+// found dead (see walkSegment). Empty after Close.
 func (m *Map) All() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
 		defer catchFault(m.a, guard(), nil)
-		m.walk(func(key string, _ int, _ uint64) bool {
-			_, val, ok := m.readKey(key, m.hashKey(key), []byte{}, true)
-			return !ok || yield(key, val)
-		})
+		m.walk(true, yield)
 	}
 }
 
@@ -429,95 +426,8 @@ func (m *Map) All() iter.Seq2[string, []byte] {
 func (m *Map) Keys() iter.Seq[string] {
 	return func(yield func(string) bool) {
 		defer catchFault(m.a, guard(), nil)
-		m.walk(func(key string, off int, meta uint64) bool { return yield(key) })
+		m.walk(false, func(key string, _ []byte) bool { return yield(key) })
 	}
-}
-
-// walk calls fn with each live, unlapsed, consistently read key, reading
-// each segment's keys first inside an unchanged move version.
-func (m *Map) walk(fn func(key string, off int, meta uint64) bool) {
-	defer runtime.KeepAlive(m)
-	var batch []walked
-	for s := uint64(0); s < m.stripes; s++ {
-		if m.a.closed.Load() {
-			return
-		}
-		batch = m.readSegment(s, batch[:0])
-		for _, w := range batch {
-			if !fn(w.key, w.off, w.meta) {
-				return
-			}
-		}
-	}
-}
-
-type walked struct {
-	key  string
-	off  int
-	meta uint64
-}
-
-// readSegment appends segment s's live, unlapsed keys to dst, read inside
-// one even, unchanged move version; after readRetries tries it keeps the
-// last read, which may miss a key that moved meanwhile.
-func (m *Map) readSegment(s uint64, dst []walked) []walked {
-	sp := m.span(s)
-	o := m.lockOff(s) + stMoveVer
-	n0 := len(dst)
-	for tries := 0; ; tries++ {
-		mv := mem.Load64(m.mem, o)
-		if mv&1 != 0 && tries < readRetries {
-			if !m.await(o, mv, s) {
-				tries = readRetries
-			}
-			continue
-		}
-		dst = dst[:n0]
-		var kb []byte
-		seen := map[string]bool{}
-		for i := sp.lo; i < sp.hi; i++ {
-			if m.tag(i) <= tagTombstone {
-				continue
-			}
-			off := m.slotOff(i)
-			// A key deleted and stored again while the segment is read
-			// can be met twice without a move (an insert or a delete at a
-			// run's end moves nothing): once each is sync.Map.Range's rule.
-			if key, meta, ok := m.readLiveKey(off, kb[:0]); ok && !seen[key] {
-				seen[key] = true
-				dst = append(dst, walked{key: key, off: off, meta: meta})
-			}
-		}
-		if mem.Load64(m.mem, o) == mv || tries >= readRetries {
-			return dst
-		}
-	}
-}
-
-// readLiveKey reads the key of the slot at off if it is live and not
-// lapsed, consistently.
-func (m *Map) readLiveKey(off int, kb []byte) (string, uint64, bool) {
-	for range readRetries {
-		ver := mem.Load64(m.mem, off+sVersion)
-		if ver&1 != 0 {
-			runtime.Gosched()
-			continue
-		}
-		meta := mem.Load64(m.mem, off+sMeta)
-		if metaState(meta) != stateLive || !m.valid(meta) {
-			if mem.Load64(m.mem, off+sVersion) != ver {
-				continue
-			}
-			return "", 0, false
-		}
-		kb = mem.AppendBytes(kb[:0], m.mem, keyOff(off, meta), metaKeyLen(meta))
-		deadline := int64(mem.Load64(m.mem, off+sDeadline))
-		if mem.Load64(m.mem, off+sVersion) != ver {
-			continue
-		}
-		return string(kb), meta, !lapsed(deadline)
-	}
-	return "", 0, false
 }
 
 // hashKey hashes a key with XXH3-64 under the arena's seed, chosen at
