@@ -36,7 +36,7 @@ type backendSet struct {
 	kv    map[string]shmarena.KeyValue
 	queue map[string]shmarena.Queue
 	cpu   map[string]func() time.Duration // the servers' CPU time (nil for shm)
-	redis goredis.UniversalClient // the single server's client, for redis_rate
+	redis goredis.UniversalClient         // the single server's client, for redis_rate
 }
 
 func newBackends(b *testing.B, withCluster bool) *backendSet {
