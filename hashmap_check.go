@@ -72,6 +72,7 @@ func (m *Map) checkSegment(s uint64) []string {
 func (m *Map) scanSegment(s uint64, hard, soft *[]string) (live, tomb int64) {
 	sp := m.span(s)
 	m.checkQueues(s, func(f string, a ...any) { *hard = append(*hard, fmt.Sprintf(f, a...)) })
+	m.checkValues(s, soft)
 	for i := sp.lo; i < sp.hi; i++ {
 		st := m.checkSlot(s, sp, i, hard, soft)
 		switch st {

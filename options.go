@@ -34,6 +34,7 @@ type regionConfig struct {
 	inFlight                 int64
 	inFlightSet              bool
 	schemaChange             bool // OpenTypedMap: see WithSchemaChange
+	bytes                    int64 // a map's value space (WithBytes); 0 = none
 }
 
 // WithSlots sets the number of slots: entries of a map, records of a ring.

@@ -1,0 +1,210 @@
+package shmarena
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/shmarena/shmarena/internal/layout"
+	"github.com/stretchr/testify/require"
+)
+
+// requireValueBytes checks that the value space's figures agree with a
+// walk of the map (got, its entries): every value too large for its slot
+// holds its record's size, and Check finds nothing.
+func requireValueBytes(t testing.TB, m *Map, got map[string][]byte) {
+	t.Helper()
+	st := m.Stats()
+	var want int64
+	for k, v := range got {
+		if m.external(len(k), len(v)) {
+			want += int64(recordSize(len(v)))
+		}
+	}
+	require.Equal(t, want, st.BytesUsed, "live value bytes counted vs walked")
+	require.Equal(t, int64(m.vs.share*m.stripes), st.BytesCapacity)
+	require.LessOrEqual(t, st.BytesUsed+st.BytesDead, st.BytesCapacity)
+	require.Empty(t, m.checkInvariants())
+}
+
+func valueMap(t testing.TB, opts ...RegionOption) *Map {
+	t.Helper()
+	a, _ := tempArena(t, 64<<20)
+	m, err := a.Map("v", opts...)
+	require.NoError(t, err)
+	return m
+}
+
+// randomValue returns n random bytes that carry their own checksum: the
+// first 8 bytes are the key's hash of the rest (see checkValue).
+func randomValue(r *rand.Rand, n int) []byte {
+	v := make([]byte, n)
+	for i := range v {
+		v[i] = byte(r.Uint32())
+	}
+	return v
+}
+
+func TestValuesModel(t *testing.T) {
+	for _, evict := range []bool{false, true} {
+		for seed := range uint64(4) {
+			t.Run(fmt.Sprintf("evict=%v/seed=%d", evict, seed), func(t *testing.T) {
+				fixedSeed(t)
+				opts := []RegionOption{WithSlots(8192 * 2), WithSlotSize(96), WithStripes(2), WithBytes(2 * 64 << 10)}
+				if evict {
+					opts = append(opts, WithEviction())
+				}
+				m := valueMap(t, opts...)
+				require.Equal(t, 64<<10-recHeader, m.MaxValue())
+				runModelKeys(t, m, rand.New(rand.NewPCG(seed, 7)), 4000, 200)
+			})
+		}
+	}
+}
+
+func TestValuesInlineStayInline(t *testing.T) {
+	m := valueMap(t, WithSlots(64), WithSlotSize(128), WithBytes(8192))
+	require.NoError(t, m.Store("k", make([]byte, m.MaxPair()-1)))
+	require.Zero(t, m.Stats().BytesUsed)
+	require.NoError(t, m.Store("k", make([]byte, m.MaxPair())))
+	require.Equal(t, int64(recordSize(m.MaxPair())), m.Stats().BytesUsed)
+	require.NoError(t, m.Store("k", []byte("small again")))
+	require.Zero(t, m.Stats().BytesUsed)
+	v, ok := m.Load("k")
+	require.True(t, ok)
+	require.Equal(t, "small again", string(v))
+}
+
+func TestValuesTooLarge(t *testing.T) {
+	m := valueMap(t, WithSlots(64), WithSlotSize(64), WithBytes(8192))
+	require.Equal(t, 8192-recHeader, m.MaxValue())
+	require.NoError(t, m.Store("k", make([]byte, m.MaxValue())))
+	err := m.Store("k", make([]byte, m.MaxValue()+1))
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.Contains(t, err.Error(), fmt.Sprintf("value %d bytes, MaxValue is %d", m.MaxValue()+1, m.MaxValue()))
+	v, ok := m.Load("k")
+	require.True(t, ok, "a refused write changes nothing")
+	require.Len(t, v, m.MaxValue())
+	err = m.Store(strings.Repeat("k", m.MaxPair()-7), make([]byte, 100))
+	require.ErrorIs(t, err, ErrTooLarge)
+
+	plain := valueMap(t, WithSlots(64), WithSlotSize(64))
+	require.Equal(t, plain.MaxPair()-1, plain.MaxValue())
+	err = plain.Store("k", make([]byte, plain.MaxPair()))
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.Contains(t, err.Error(), "WithBytes")
+}
+
+func TestValuesShape(t *testing.T) {
+	a, _ := tempArena(t, 8<<20)
+	_, err := a.Map("v", WithSlots(64), WithBytes(8192))
+	require.NoError(t, err)
+	_, err = a.Map("v", WithSlots(64), WithBytes(16384))
+	require.ErrorIs(t, err, ErrShape)
+	require.Contains(t, err.Error(), "WithBytes")
+	_, err = a.Map("v", WithSlots(64))
+	require.ErrorIs(t, err, ErrShape)
+	_, err = a.Map("w", WithSlots(64), WithBytes(100))
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Contains(t, err.Error(), "ask for 4096")
+}
+
+func TestValuesMapBytes(t *testing.T) {
+	opts := []RegionOption{WithSlots(1 << 13), WithSlotSize(128), WithBytes(1 << 20), WithEviction()}
+	n, err := MapBytes(opts...)
+	require.NoError(t, err)
+	plain, err := MapBytes(WithSlots(1<<13), WithSlotSize(128), WithEviction())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n-plain, int64(1<<20))
+	require.Less(t, n-plain, int64(1<<20+4096))
+	a, _ := tempArena(t, layout.Align(MinSize)+n)
+	m, err := a.Map("v", opts...)
+	require.NoError(t, err, "an arena of MinSize + MapBytes holds the map")
+	require.NoError(t, m.Store("k", make([]byte, m.MaxValue())))
+}
+
+// A plain map takes values until live bytes fill its share, whatever
+// deletes and overwrites scattered: it compacts, and says how full it is
+// when it refuses.
+func TestValuesPlainFullOnlyWhenLiveFills(t *testing.T) {
+	m := valueMap(t, WithSlots(4096), WithSlotSize(64), WithStripes(1), WithBytes(64<<10))
+	r := rand.New(rand.NewPCG(1, 2))
+	model := map[string][]byte{}
+	var live uint64
+	for i := range 20000 {
+		k := "k" + strconv.Itoa(r.IntN(300))
+		if old, ok := model[k]; ok && r.IntN(3) == 0 {
+			require.True(t, m.Delete(k))
+			live -= recordSize(len(old))
+			delete(model, k)
+			continue
+		}
+		v := randomValue(r, 64+r.IntN(3000))
+		var freed uint64
+		if old, ok := model[k]; ok && m.external(len(k), len(old)) {
+			freed = recordSize(len(old))
+		}
+		err := m.Store(k, v)
+		if live-freed+recordSize(len(v)) > m.vs.share {
+			require.ErrorIs(t, err, ErrFull, "step %d", i)
+			require.Contains(t, err.Error(), "held by live values")
+			continue
+		}
+		require.NoError(t, err, "step %d: live %d, freed %d, value %d", i, live, freed, len(v))
+		live += recordSize(len(v)) - freed
+		model[k] = v
+	}
+	require.Greater(t, m.Stats().BytesMoved, uint64(0), "the test compacted")
+	got := maps.Collect(m.All())
+	require.Equal(t, model, got)
+	requireValueBytes(t, m, got)
+}
+
+// An evicting map never refuses a value up to MaxValue, evicts by bytes,
+// and what it keeps reads back whole.
+func TestValuesEvictingNeverRefuses(t *testing.T) {
+	m := valueMap(t, WithSlots(8192), WithSlotSize(64), WithStripes(2), WithBytes(2*32<<10), WithEviction())
+	r := rand.New(rand.NewPCG(3, 4))
+	model := map[string][]byte{}
+	for i := range 20000 {
+		k := "k" + strconv.Itoa(r.IntN(2000))
+		n := 100 + r.IntN(400)
+		if r.IntN(5) == 0 {
+			n = 2000 + r.IntN(6000)
+		}
+		if r.IntN(500) == 0 {
+			n = m.MaxValue()
+		}
+		v := randomValue(r, n)
+		require.NoError(t, m.Store(k, v), "step %d", i)
+		model[k] = v
+		if i%7 == 0 {
+			k := "k" + strconv.Itoa(r.IntN(2000))
+			if got, ok := m.Load(k); ok {
+				require.True(t, bytes.Equal(model[k], got), "key %s", k)
+			}
+		}
+	}
+	st := m.Stats()
+	require.Greater(t, st.Evicted, uint64(0))
+	got := maps.Collect(m.All())
+	for k, v := range got {
+		require.Equal(t, model[k], v)
+	}
+	requireValueBytes(t, m, got)
+}
+
+func TestValuesClear(t *testing.T) {
+	m := valueMap(t, WithSlots(64), WithSlotSize(64), WithBytes(8192))
+	require.NoError(t, m.Store("a", make([]byte, 1000)))
+	m.Clear()
+	st := m.Stats()
+	require.Zero(t, st.BytesUsed)
+	require.Zero(t, st.BytesDead)
+	require.NoError(t, m.Store("b", make([]byte, m.MaxValue())))
+	requireValueBytes(t, m, maps.Collect(m.All()))
+}
