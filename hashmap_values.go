@@ -181,6 +181,9 @@ func (m *Map) appendExternal(dst []byte, off int, meta uint64) []byte {
 	if !ok {
 		return dst
 	}
+	if valueReadHook != nil {
+		valueReadHook()
+	}
 	base := m.vsOff(s) + vsHeader
 	from := (at + recHeader) % m.vs.share
 	first := min(uint64(n), m.vs.share-from)
@@ -190,6 +193,11 @@ func (m *Map) appendExternal(dst []byte, off int, meta uint64) []byte {
 	}
 	return dst
 }
+
+// valueReadHook, set by a test, runs inside a read of the value space
+// between loading the reference and copying, where a writer may move or
+// reuse the record.
+var valueReadHook func()
 
 // externalEqual compares the value-space value of slot v with b, holding
 // its stripe.

@@ -29,8 +29,10 @@ import (
 // checksum of the key and those bytes.
 func sealedValue(r *rand.Rand, key string, n int) []byte {
 	v := make([]byte, max(n, 8))
-	for i := range len(v) - 8 {
-		v[i] = byte(r.Uint32())
+	for i := 0; i < len(v)-8; i += 8 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], r.Uint64())
+		copy(v[i:len(v)-8], w[:])
 	}
 	binary.LittleEndian.PutUint64(v[len(v)-8:], sealOf(key, v[:len(v)-8]))
 	return v

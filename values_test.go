@@ -2,14 +2,17 @@ package shmarena
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/shmarena/shmarena/internal/layout"
+	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/stretchr/testify/require"
 )
 
@@ -207,4 +210,117 @@ func TestValuesClear(t *testing.T) {
 	require.Zero(t, st.BytesDead)
 	require.NoError(t, m.Store("b", make([]byte, m.MaxValue())))
 	requireValueBytes(t, m, maps.Collect(m.All()))
+}
+
+// Readers in goroutines copy values while writers overwrite, compact and
+// evict the space under them: every value read is whole (a race build
+// also checks the copies are race-free).
+func TestValuesConcurrentReadsDuringCompaction(t *testing.T) {
+	for _, evict := range []bool{false, true} {
+		t.Run(fmt.Sprintf("evict=%v", evict), func(t *testing.T) {
+			opts := []RegionOption{WithSlots(64), WithSlotSize(64), WithStripes(1), WithBytes(minShare)}
+			if evict {
+				opts = append(opts, WithEviction())
+			}
+			m := valueMap(t, opts...)
+			stop := make(chan struct{})
+			errs := make(chan error, 4)
+			for w := range 2 {
+				go func() {
+					r := rand.New(rand.NewPCG(uint64(w), 1))
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							errs <- nil
+							return
+						default:
+						}
+						k := "k" + strconv.Itoa(r.IntN(12))
+						err := m.Store(k, sealedValue(r, k, 16+r.IntN(1500)))
+						if err != nil && !errors.Is(err, ErrFull) {
+							errs <- err
+							return
+						}
+						if i%5 == 0 {
+							m.Delete(k)
+						}
+					}
+				}()
+			}
+			var hits atomic.Int64
+			for r := range 2 {
+				go func() {
+					var buf []byte
+					rr := rand.New(rand.NewPCG(uint64(r), 2))
+					for range 200000 / raceSlowdown {
+						k := "k" + strconv.Itoa(rr.IntN(12))
+						var ok bool
+						if buf, ok = m.AppendLoad(buf[:0], k); ok {
+							if err := checkSealed(k, buf); err != nil {
+								errs <- err
+								return
+							}
+							hits.Add(1)
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range 2 {
+				require.NoError(t, <-errs)
+			}
+			close(stop)
+			for range 2 {
+				require.NoError(t, <-errs)
+			}
+			require.Positive(t, hits.Load())
+			require.Positive(t, m.Stats().BytesMoved+uint64(m.Stats().Evicted), "the space was reclaimed under the readers")
+			requireValueBytes(t, m, maps.Collect(m.All()))
+		})
+	}
+}
+
+// A reader that loaded a value's reference and is overtaken, before it
+// copies, by writers that move the record and reuse its space, must not
+// return the bytes it then copies: it validates the slot and reads again.
+func TestValuesReadOvertakenByReuse(t *testing.T) {
+	for _, evict := range []bool{false, true} {
+		t.Run(fmt.Sprintf("evict=%v", evict), func(t *testing.T) {
+			opts := []RegionOption{WithSlots(64), WithSlotSize(64), WithStripes(1), WithBytes(minShare)}
+			if evict {
+				opts = append(opts, WithEviction())
+			}
+			m := valueMap(t, opts...)
+			r := rand.New(rand.NewPCG(1, 1))
+			// A filler first, so that "a" is not at the log's head and
+			// reclaiming the filler's space moves it.
+			require.NoError(t, m.Store("f", sealedValue(r, "f", 1500)))
+			want := sealedValue(r, "a", 500)
+			require.NoError(t, m.Store("a", want))
+			require.True(t, m.Delete("f"))
+			m.Load("a") // read once, so an evicting map moves it rather than evicts it
+			overtaken := false
+			valueReadHook = func() {
+				if overtaken {
+					return
+				}
+				overtaken = true
+				v, _, ok := m.readKey("a", m.hashKey("a"), nil, false)
+				require.True(t, ok)
+				ref := mem.Load64(m.mem, v.off+sData)
+				at := m.vsOff(ref>>refShift) + vsHeader + int(ref&refMask)
+				old := bytes.Clone(m.mem[at : at+512])
+				for i := 0; bytes.Equal(old, m.mem[at:at+512]); i++ {
+					require.Less(t, i, 20, "the record's space was never reused")
+					require.NoError(t, m.Store("x", sealedValue(r, "x", 1500)))
+				}
+			}
+			t.Cleanup(func() { valueReadHook = nil })
+			got, ok := m.Load("a")
+			require.True(t, overtaken)
+			require.True(t, ok, "a moved record is still the key's")
+			require.Equal(t, want, got)
+			require.Positive(t, m.Stats().BytesMoved)
+		})
+	}
 }
