@@ -55,12 +55,20 @@ func (a *Arena) refuse(what, op string) error {
 	return fmt.Errorf("shmarena: %s: %s: %w (opened with ReadOnly; open the arena without it to write)", what, op, ErrReadOnly)
 }
 
-// refuseMap is refuse for a write to map m.
-func (m *Map) refuse(op string) error { return m.a.refuse("map "+quote(m.name), op) }
+// refuse is Arena.refuse for a write to map m. It tests the handle
+// before it builds the region's name: every Store, Add and Publish calls
+// it, and a writable handle must not pay the allocations of an error it
+// does not return (alloc_test.go holds the hot paths to zero).
+func (m *Map) refuse(op string) error {
+	if !m.a.readOnly {
+		return nil
+	}
+	return m.a.refuse("map "+quote(m.name), op)
+}
 
-// refuseRing is refuse for a write to ring r.
+// refuse is Arena.refuse for a write to ring r; see Map.refuse.
 func (r *Ring) refuse(op string) error {
-	if r.a == nil {
+	if r.a == nil || !r.a.readOnly {
 		return nil
 	}
 	return r.a.refuse("ring "+quote(r.name), op)
@@ -90,8 +98,10 @@ func newReadOnlyArena(f *os.File, path string, b []byte) (*Arena, error) {
 		_ = mapping.Unmap(b)
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), reopenError(err))
 	}
-	return &Arena{f: f, path: path, mem: b, own: owner.Observe(b, fd), readOnly: true,
-		seed: layout.ReadHeader(b).Seed}, nil
+	a := &Arena{f: f, path: path, mem: b, own: owner.Observe(b, fd), readOnly: true,
+		seed: layout.ReadHeader(b).Seed}
+	a.identify()
+	return a, nil
 }
 
 // lookupRegion is region for a read-only handle: it finds the region
@@ -103,7 +113,7 @@ func (a *Arena) lookupRegion(spec regionSpec) (layout.Entry, error) {
 	h := layout.ReadHeader(a.mem)
 	for i := 0; i < layout.DirEntries; i++ {
 		if e := layout.ReadEntry(a.mem, i); e.State == layout.EntryReady && e.Name == spec.name {
-			return e, spec.sameShape(e, h.NextFree, int64(len(a.mem)))
+			return e, withAttached(spec.sameShape(e, h.NextFree, int64(len(a.mem))), a.attached, false)
 		}
 	}
 	return layout.Entry{}, fmt.Errorf("shmarena: region %s: %w: it does not exist, and a read-only handle creates nothing (open the arena without ReadOnly to create it)",

@@ -111,6 +111,9 @@ func atomicAppendBytes(dst, b []byte, off, n int) []byte {
 	end := (off + n + 7) &^ 7
 	_ = b[start:end] // bounds check without a read
 	skip := off - start
+	if cap(dst)-len(dst) < n { // one allocation at most, not one per doubling
+		dst = append(make([]byte, 0, len(dst)+n), dst...)
+	}
 	var w [8]byte
 	for o := start; o < end; o += 8 {
 		binary.LittleEndian.PutUint64(w[:], Load64(b, o))
