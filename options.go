@@ -33,7 +33,7 @@ type regionConfig struct {
 	evict                    bool
 	inFlight                 int64
 	inFlightSet              bool
-	schemaChange             bool // OpenTypedMap: see WithSchemaChange
+	schemaChange             bool  // OpenTypedMap: see WithSchemaChange
 	bytes                    int64 // a map's value space (WithBytes); 0 = none
 }
 
