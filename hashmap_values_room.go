@@ -14,7 +14,7 @@ import (
 // an evicting map only if it was read since it last came round (the slot's
 // S3-FIFO read count, which the move lowers by one), else its entry is
 // evicted; on a plain map always, and when the free space is smaller than
-// the record, the whole share is compacted in place instead (slide). So
+// the record, records at the head are compacted in place instead (lift). So
 // free space is always one run, nothing fragments, and a plain map refuses
 // a value only when the live records and it would not fit the share.
 
@@ -177,7 +177,7 @@ func (m *Map) compactFor(s, need, freed uint64) error {
 	rebuilt := false
 	for steps := 0; m.vsFree(s) < need; steps++ {
 		if steps > int(m.vs.share/recHeader)+64 {
-			return m.slide(s)
+			return m.lift(s, need)
 		}
 		r, ok := m.headRecord(s)
 		if !ok {
@@ -199,7 +199,7 @@ func (m *Map) compactFor(s, need, freed uint64) error {
 				return err
 			}
 		default:
-			return m.slide(s)
+			return m.lift(s, need)
 		}
 	}
 	return nil
@@ -237,54 +237,76 @@ func (m *Map) repoint(s, i, pos uint64) error {
 }
 
 // copyLog copies n bytes of segment s's log from position from to
-// position to (to <= from, or the ranges apart), wrapping at the share's
-// end, in ascending order so that a copy down over itself is safe.
+// position to, wrapping at the share's end, as memmove does when they
+// overlap: piece by piece from the start when copying down, from the end
+// when copying up.
 func (m *Map) copyLog(s, to, from, n uint64) {
 	base := m.vsOff(s) + vsHeader
-	for n > 0 {
-		a, b := from%m.vs.share, to%m.vs.share
-		k := min(n, m.vs.share-a, m.vs.share-b)
-		mem.Move(m.mem, base+int(b), base+int(a), int(k))
-		from, to, n = from+k, to+k, n-k
+	if to <= from {
+		for n > 0 {
+			a, b := from%m.vs.share, to%m.vs.share
+			k := min(n, m.vs.share-a, m.vs.share-b)
+			mem.Move(m.mem, base+int(b), base+int(a), int(k))
+			from, to, n = from+k, to+k, n-k
+		}
+		return
+	}
+	for n > 0 { // the last piece first: [from+n-k, from+n) to [to+n-k, to+n)
+		a, b := (from+n-1)%m.vs.share+1, (to+n-1)%m.vs.share+1
+		k := min(n, a, b)
+		mem.Move(m.mem, base+int(b-k), base+int(a-k), int(k))
+		n -= k
 	}
 }
 
-// slide compacts segment s's share in place: every live record is copied
-// down to just after the one before it, its slot begun while it moves (a
-// copy down may overlap the original), and the tail follows the last.
-// It is one pass over the share, for a plain map whose head record is
-// larger than its free space. A crash leaves garbage between the records
-// moved and those not yet, which a repair turns into padding (see
-// rebuildValues): the slots say where every live record is.
-func (m *Map) slide(s uint64) error {
+// lift frees need bytes at segment s's head in place, for a plain map
+// whose head record is larger than its free space: it reads records from
+// the head until the dead ones among them, with the free space, add up to
+// need, then moves the live ones among them up, the last first, so that
+// they end where the last record read ended, each with its slot begun
+// while it moves (a move may overlap the original); the head then passes
+// the space the dead ones held. It moves only the live bytes in front of
+// the dead ones it needs, not the whole share. A crash leaves garbage
+// between records, which a repair turns into padding (see rebuildValues):
+// the slots say where every live record is.
+func (m *Map) lift(s, need uint64) error {
 	head, tail := m.vsWord(s, vsHead), m.vsWord(s, vsTail)
 	if tail < head || tail-head > m.vs.share {
 		return m.rebuildValues(s)
 	}
-	w := head
-	for r := head; r < tail; {
-		size, hint, _ := m.recordHeader(s, r)
-		if size < recHeader || size&15 != 0 || size > tail-r {
+	var live []record
+	free, p := m.vsFree(s), head
+	for p < tail && free < need {
+		size, hint, _ := m.recordHeader(s, p)
+		if size < recHeader || size&15 != 0 || size > tail-p {
 			return m.rebuildValues(s)
 		}
-		if m.owns(s, hint, r%m.vs.share, size) {
-			if w != r {
-				off := m.slotOff(hint)
-				odd := m.begin(s, view{off: off, ver: mem.Load64(m.mem, off+sVersion)})
-				m.copyLog(s, w, r, size)
-				crashPoint("value-slide")
-				mem.Put64(m.mem, off+sData, s<<refShift|w%m.vs.share)
-				if !m.end(off, odd) {
-					return m.errLockLost(s)
-				}
-				m.clearIntent(s)
-				m.vsPut(s, vsMoved, m.vsWord(s, vsMoved)+size)
-			}
-			w += size
+		if m.owns(s, hint, p%m.vs.share, size) {
+			live = append(live, record{pos: p, size: size, slot: hint, live: true})
+		} else {
+			free += size
 		}
-		r += size
+		p += size
 	}
-	m.vsPut(s, vsTail, w)
+	end := p
+	for k := len(live) - 1; k >= 0; k-- {
+		r := live[k]
+		end -= r.size
+		if end == r.pos {
+			continue
+		}
+		off := m.slotOff(r.slot)
+		odd := m.begin(s, view{off: off, ver: mem.Load64(m.mem, off+sVersion)})
+		m.copyLog(s, end, r.pos, r.size)
+		crashPoint("value-lift")
+		mem.Put64(m.mem, off+sData, s<<refShift|end%m.vs.share)
+		if !m.end(off, odd) {
+			return m.errLockLost(s)
+		}
+		m.clearIntent(s)
+		m.vsPut(s, vsMoved, m.vsWord(s, vsMoved)+r.size)
+	}
+	m.vsPut(s, vsHead, end)
 	return nil
 }
 

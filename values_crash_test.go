@@ -144,7 +144,7 @@ func TestCrashInsideValueSpace(t *testing.T) {
 	}{
 		{false, "value-alloc"}, // a record written, the tail not yet past it
 		{false, "value-move"},  // a live record copied to the tail, its slot not yet repointed
-		{false, "value-slide"}, // compaction: a record copied down over itself, its slot odd
+		{false, "value-lift"},  // compaction: a record copied up over itself, its slot odd
 		{false, "overwrite"},   // an overwrite begun, the old value's space free to reuse
 		{true, "value-alloc"},
 		{true, "value-move"},  // reinsertion of a record read since its last pass
