@@ -116,7 +116,7 @@ func newValueSpace(regionOff int, bytes, stripes int64, mapLen int64) valueSpace
 	return valueSpace{
 		base:  regionOff + int(layout.Align(mapLen)),
 		share: share,
-		max:   int(min(share-recHeader, maxValueCap)),
+		max:   int(min(share-reserve(share)-recHeader, maxValueCap)),
 	}
 }
 
@@ -126,9 +126,10 @@ func (m *Map) vsOff(s uint64) int { return m.vs.base + int(s)*(vsHeader+int(m.vs
 func recordSize(vlen int) uint64 { return recHeader + (uint64(vlen)+15)&^15 }
 
 // MaxValue returns the largest value, in bytes, Store takes: with
-// WithBytes the value space's limit (the smaller of a segment's share less
-// a 16-byte header and 1 GiB) for a key of up to MaxPair-8 bytes, else
-// MaxPair less one byte of key. A larger value is refused with ErrTooLarge.
+// WithBytes the value space's limit (the smaller of 15/16 of a segment's
+// share less a 16-byte header, and 1 GiB) for a key of up to MaxPair-8
+// bytes, else MaxPair less one byte of key. A larger value is refused with
+// ErrTooLarge.
 func (m *Map) MaxValue() int {
 	return max(m.vs.max, m.maxPair-1)
 }

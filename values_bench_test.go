@@ -28,13 +28,13 @@ var mixes = []mix{
 			return 8<<10 + r.IntN(24<<10+1)
 		}
 		return 100 + r.IntN(301)
-	}, 8192},
+	}, 16384},
 	{"lognormal-1KiB", func(r *rand.Rand) int { // median 1 KiB, sigma 1
 		return int(min(1024*math.Exp(r.NormFloat64()), 1<<20))
 	}, 32768},
 }
 
-const memBytes = 32 << 20
+var memBytes int64 = 32 << 20
 
 func memMap(b *testing.B, x mix, evict bool) (*Map, int64) {
 	opts := []RegionOption{WithSlots(x.slots), WithSlotSize(64), WithBytes(memBytes)}

@@ -62,7 +62,7 @@ func TestValuesModel(t *testing.T) {
 					opts = append(opts, WithEviction())
 				}
 				m := valueMap(t, opts...)
-				require.Equal(t, 64<<10-recHeader, m.MaxValue())
+				require.Equal(t, 64<<10-4096-recHeader, m.MaxValue())
 				runModelKeys(t, m, rand.New(rand.NewPCG(seed, 7)), 4000, 200)
 			})
 		}
@@ -84,7 +84,7 @@ func TestValuesInlineStayInline(t *testing.T) {
 
 func TestValuesTooLarge(t *testing.T) {
 	m := valueMap(t, WithSlots(64), WithSlotSize(64), WithBytes(8192))
-	require.Equal(t, 8192-recHeader, m.MaxValue())
+	require.Equal(t, 8192-512-recHeader, m.MaxValue())
 	require.NoError(t, m.Store("k", make([]byte, m.MaxValue())))
 	err := m.Store("k", make([]byte, m.MaxValue()+1))
 	require.ErrorIs(t, err, ErrTooLarge)
@@ -152,7 +152,7 @@ func TestValuesPlainFullOnlyWhenLiveFills(t *testing.T) {
 			freed = recordSize(len(old))
 		}
 		err := m.Store(k, v)
-		if live-freed+recordSize(len(v)) > m.vs.share {
+		if live-freed+recordSize(len(v)) > m.vs.share-reserve(m.vs.share) {
 			require.ErrorIs(t, err, ErrFull, "step %d", i)
 			require.Contains(t, err.Error(), "held by live values")
 			continue
