@@ -183,7 +183,7 @@ func counterStress(t *testing.T, ss int, noCAS string) {
 	a, path := tempArena(t, 1<<20)
 	m, err := a.Map("m", WithSlots(16), WithSlotSize(ss), WithStripes(4))
 	require.NoError(t, err)
-	env := []string{"SHMARENA_PATH=" + path, "SHMARENA_SLOTSIZE=" + strconv.Itoa(ss), "SHMARENA_ITERS=30000"}
+	env := []string{"SHMARENA_PATH=" + path, "SHMARENA_SLOTSIZE=" + strconv.Itoa(ss), "SHMARENA_ITERS=" + strconv.Itoa(raceScaled(30000))}
 	takerEnv := env
 	if noCAS == "takers" {
 		takerEnv = append(env[:len(env):len(env)], "SHMARENA_NOCAS=1", "GODEBUG=cpu.cx16=off")
