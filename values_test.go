@@ -332,7 +332,7 @@ func FuzzLiveCorruptionValues(f *testing.F) {
 	fixedSeed(f)
 	f.Add(0, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, false)
 	f.Add(-1, []byte{0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4}, true) // the first record's header
-	f.Add(-40, []byte{0, 0, 0, 0, 0, 0, 0, 0x10}, false)         // a head or tail
+	f.Add(-40, []byte{0, 0, 0, 0, 0, 0, 0, 0x10}, false)        // a head or tail
 	f.Fuzz(func(t *testing.T, at int, patch []byte, evict bool) {
 		opts := []RegionOption{WithSlots(32), WithSlotSize(64), WithBytes(minShare)}
 		if evict {
