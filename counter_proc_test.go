@@ -137,7 +137,7 @@ func init() {
 				}
 			case 4, 5:
 				m.Expire(key, time.Hour)
-				m.Expire(key, 0)
+				m.Persist(key)
 			default:
 				f := procFiller(r.IntN(10))
 				if r.IntN(2) == 0 {

@@ -126,7 +126,7 @@ func (m *Map) repairValues(s uint64, sp span) {
 			return
 		}
 		for _, i := range bad {
-			m.clearAt(i, stateTombstone)
+			m.clearAt(s, i, stateTombstone)
 		}
 		m.reseat(s, sp)
 		m.recountSegment(s, sp)
