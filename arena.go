@@ -123,6 +123,8 @@ type RegionInfo struct {
 	Evicting bool `json:",omitempty"`
 	// MaxInFlight is a ring's pending-table capacity per group.
 	MaxInFlight int `json:",omitempty"`
+	// ValueBytes is a map's value space in bytes (WithBytes), 0 for none.
+	ValueBytes int64 `json:",omitempty"`
 }
 
 // kindOps are what each region kind provides to the arena.

@@ -100,6 +100,7 @@ func regionInfo(e layout.Entry) RegionInfo {
 	switch ri.Kind {
 	case KindMap:
 		ri.Stripes, ri.Typed, ri.Evicting = int(e.Params[2]), e.Params[3] != 0, e.Params[4] != 0
+		ri.ValueBytes = int64(e.Params[5])
 	case KindRing:
 		ri.MaxInFlight = int(e.Params[3])
 	}

@@ -343,8 +343,8 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 		}
 		return nil
 	}
-	if len(key)+len(nb) > m.maxPair {
-		return fmt.Errorf("shmarena: map %s: %w: key %d + value %d bytes, slot holds %d", quote(m.name), ErrTooLarge, len(key), len(nb), m.maxPair)
+	if err := m.checkPair(len(key), len(nb)); err != nil {
+		return err
 	}
 	// The write follows the liveness fn was given, decided once above: an
 	// entry that lapses while fn runs keeps its deadline (now past), rather
@@ -354,6 +354,10 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 		m.stat(mhExpired)
 	}
 	v, free, found := m.locate(key, h, s)
+	v, free, found, err = m.roomFor(s, key, h, len(nb), v, free, found)
+	if err != nil {
+		return err
+	}
 	e := entry{key: key, h: h, val: nb, deadline: deadlineFor(c, v, live)}
 	return m.put(s, &e, v, free, found)
 }

@@ -146,6 +146,7 @@ type Map struct {
 	maxPair  int
 	encoded  bool
 	seed     uint64 // the arena's hash seed
+	vs       valueSpace
 
 	q         queues // eviction queues; q.on false for a plain map
 	countUses bool   // reads count uses: an evicting map not opened ReadOnly
@@ -190,6 +191,18 @@ type MapStats struct {
 	// totals of processes that closed or died stay in: they never go
 	// back. A read-only handle counts nothing.
 	Hits, Misses, Loads, LoadFailures uint64
+
+	// The value space (WithBytes), in bytes; all zero without one.
+	// BytesUsed is what live values there hold: each value rounded up
+	// to 16 bytes plus a 16-byte header. BytesDead is what overwritten,
+	// deleted and evicted values still hold until the log's head passes
+	// them (reclaimed as room is needed; never stranded: see
+	// docs/values.md). BytesMoved counts, for good, the bytes copied to
+	// reclaim space (compaction and reinsertion).
+	BytesUsed     int64
+	BytesDead     int64
+	BytesCapacity int64
+	BytesMoved    uint64
 }
 
 func init() {
@@ -223,6 +236,9 @@ func mapShape(encoded bool, opts []RegionOption) (regionConfig, error) {
 		return cfg, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	cfg.stripes = segmentsFor(cfg.slots, cfg.stripes)
+	if err := valueShape(&cfg); err != nil {
+		return cfg, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	return cfg, nil
 }
 
@@ -235,13 +251,14 @@ func segmentsFor(slots, stripes int64) int64 {
 // MapBytes returns how many bytes of an arena a map of the given shape
 // (the options Arena.Map takes) occupies, so that WithSize can be worked
 // out: an arena needs MinSize plus the sum of its regions' sizes. It
-// returns ErrInvalid for a shape out of range.
+// counts the value space (WithBytes). It returns ErrInvalid for a shape
+// out of range.
 func MapBytes(opts ...RegionOption) (int64, error) {
 	cfg, err := mapShape(false, opts)
 	if err != nil {
 		return 0, fmt.Errorf("shmarena: map size: %w", err)
 	}
-	return layout.Align(mapLength(cfg.slots, cfg.slotSize, cfg.stripes, cfg.evict)), nil
+	return layout.Align(regionLength(cfg)), nil
 }
 
 func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, error) {
@@ -260,9 +277,9 @@ func (a *Arena) openMap(name string, encoded bool, opts []RegionOption) (*Map, e
 	spec := regionSpec{
 		name:   name,
 		kind:   KindMap,
-		params: [layout.Params]uint64{uint64(cfg.slots), uint64(cfg.slotSize), uint64(cfg.stripes), flags & flagEncoded, evict},
-		names:  [layout.Params]string{"slots", "slot size", "stripes", "encoded flag", "eviction (WithEviction)"},
-		length: mapLength(cfg.slots, cfg.slotSize, cfg.stripes, cfg.evict),
+		params: [layout.Params]uint64{uint64(cfg.slots), uint64(cfg.slotSize), uint64(cfg.stripes), flags & flagEncoded, evict, uint64(cfg.bytes)},
+		names:  [layout.Params]string{"slots", "slot size", "stripes", "encoded flag", "eviction (WithEviction)", "value bytes (WithBytes)"},
+		length: regionLength(cfg),
 		init: func(b []byte, off int64) {
 			o := int(off)
 			mem.Store64(b, o+mhSlots, uint64(cfg.slots))
@@ -302,6 +319,16 @@ func tailOffset(slots, slotSize, stripes int64, evict bool) int64 {
 	return layout.Align(slotsOffset(slots, stripes, evict) + slotsPad + slots*slotSize)
 }
 
+// regionLength returns a map region's length in bytes, value space
+// included.
+func regionLength(cfg regionConfig) int64 {
+	n := mapLength(cfg.slots, cfg.slotSize, cfg.stripes, cfg.evict)
+	if cfg.bytes == 0 {
+		return n
+	}
+	return layout.Align(n) + valuesLength(cfg.bytes, cfg.stripes)
+}
+
 func tagsOffset(stripes int64) int64 { return mapHeader + layout.Align(stripes*stripeStride) }
 
 // slotsOffset is where the padding before the slots starts: after the
@@ -332,6 +359,7 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		maxPair:  slotSize - slotHeader,
 		encoded:  e.Params[3] != 0,
 		seed:     a.seed,
+		vs:       newValueSpace(o, int64(e.Params[5]), int64(stripes), mapLength(int64(slots), int64(slotSize), int64(stripes), evict)),
 	}
 	m.useTable = o + int(tailOffset(int64(slots), int64(slotSize), int64(stripes), evict))
 	m.computeTable = m.useTable + useTableBytes
@@ -358,10 +386,14 @@ func validateMapRegion(b []byte, e layout.Entry) error {
 	if p[2] != uint64(segmentsFor(int64(p[0]), int64(p[2]))) {
 		return fmt.Errorf("%d segments for %d slots", p[2], p[0])
 	}
-	if p[3] > 1 || p[4] > 1 || p[5] != 0 {
-		return fmt.Errorf("flags %#x, %#x, %#x", p[3], p[4], p[5])
+	if p[3] > 1 || p[4] > 1 {
+		return fmt.Errorf("flags %#x, %#x", p[3], p[4])
 	}
-	if need := mapLength(int64(p[0]), int64(p[1]), int64(p[2]), p[4] != 0); e.Length < need {
+	cfg := regionConfig{slots: int64(p[0]), slotSize: int64(p[1]), stripes: int64(p[2]), evict: p[4] != 0, bytes: int64(p[5])}
+	if p[5] > maxShare*maxStripes || valueShape(&cfg) != nil || cfg.bytes != int64(p[5]) {
+		return fmt.Errorf("value space of %d bytes over %d segments", p[5], p[2])
+	}
+	if need := regionLength(cfg); e.Length < need {
 		return fmt.Errorf("%d bytes, shape needs %d", e.Length, need)
 	}
 	o := int(e.Offset)
@@ -453,7 +485,7 @@ func (m *Map) Stats() MapStats {
 	used, tomb := m.counts()
 	m.uses.flush()
 	u := sumUses(m.mem, m.useTable)
-	return MapStats{
+	st := MapStats{
 		Hits:         u[useHits],
 		Misses:       u[useMisses],
 		Loads:        u[useLoads],
@@ -470,4 +502,6 @@ func (m *Map) Stats() MapStats {
 		Moved:        mem.Load64(m.mem, m.base+mhMoved),
 		MaxProbe:     int(min(mem.Load64(m.mem, m.base+mhMaxProbe), probeBound)),
 	}
+	m.valueStats(&st)
+	return st
 }

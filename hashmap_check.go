@@ -101,6 +101,7 @@ func (m *Map) checkSegment(s uint64) (problems []string, judged bool) {
 func (m *Map) scanSegment(s uint64, hard, soft *[]string) (live, tomb int64) {
 	sp := m.span(s)
 	m.checkQueues(s, func(f string, a ...any) { *hard = append(*hard, fmt.Sprintf(f, a...)) })
+	m.checkValues(s, soft)
 	at := map[string]uint64{} // where each key was met
 	for i := sp.lo; i < sp.hi; i++ {
 		st, key := m.checkSlot(s, sp, i, hard, soft)

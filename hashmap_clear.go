@@ -54,6 +54,7 @@ func (m *Map) clearSegment(s uint64) {
 	}
 	mem.Store64(m.mem, m.lockOff(s)+stUsed, 0)
 	mem.Store64(m.mem, m.lockOff(s)+stTomb, 0)
+	m.resetValues(s)
 	m.clearIntent(s)
 	m.endMoves(s)
 }

@@ -27,6 +27,7 @@ import (
 // leaves. It reports false when the stripe turned out to be lost (see
 // end); the caller then changes nothing more.
 func (m *Map) remove(s uint64, v view) bool {
+	m.releaseValue(s, v.meta)
 	sp := m.span(s)
 	i := m.slotIndex(v.off)
 	if next := sp.add(i, 1); sp.len() == 1 || next == i ||
@@ -153,7 +154,7 @@ func (m *Map) move(s, j, to uint64) bool {
 	oddTo := m.begin(s, view{off: dst, ver: mem.Load64(m.mem, dst+sVersion)})
 	meta := mem.Load64(m.mem, from+sMeta)
 	n := metaKeyLen(meta) + metaValLen(meta)
-	if metaFlags(meta)&flagCounter != 0 {
+	if metaFlags(meta)&(flagCounter|flagExternal) != 0 {
 		n = 8 + metaKeyLen(meta)
 	}
 	for k := 0; k < n; k += 8 { // data runs in whole words to the slot's end
@@ -163,6 +164,7 @@ func (m *Map) move(s, j, to uint64) bool {
 	mem.Put64(m.mem, dst+sDeadline, mem.Load64(m.mem, from+sDeadline))
 	mem.Put64(m.mem, dst+sMeta, meta)
 	m.setTag(to, m.tag(j))
+	m.moveHint(s, to, meta, mem.Load64(m.mem, dst+sData))
 	if m.q.on {
 		m.setUse(to, m.use(j))
 	}

@@ -53,7 +53,20 @@ func (m *Map) storeLocked(s uint64, key string, h uint64, value []byte, c writeC
 	if found && !live {
 		m.stat(mhExpired)
 	}
-	if live && previous != nil {
+	// Making room in the value space may evict entries (this key's
+	// included: the store then inserts it again) or reuse the old value's
+	// space, so the old value is copied first. A counter holds no value
+	// space and is never evicted for it, but may move: it is pinned (see
+	// pin) only after the room is made.
+	counter := live && metaFlags(v.meta)&flagCounter != 0
+	if live && previous != nil && !counter {
+		*previous = m.appendValue([]byte{}, v.off, v.meta)
+	}
+	v, free, found, err := m.roomFor(s, key, h, len(value), v, free, found)
+	if err != nil {
+		return err
+	}
+	if counter && previous != nil && found && metaFlags(v.meta)&flagCounter != 0 {
 		m.pin(s, v) // put begins the same slot again: a no-op
 		*previous = m.appendValue([]byte{}, v.off, v.meta)
 	}
@@ -228,7 +241,23 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	}
 	defer m.unlockErr(s, &err)
 	v, found := m.find(key, h)
-	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) || !m.pinEqual(s, v, old) {
+	if !found || lapsed(v.deadline) || !m.valueEqual(v, old) {
+		return false, nil
+	}
+	if m.external(len(key), len(new)) {
+		deadline := v.deadline
+		var free view
+		if v, free, found, err = m.roomFor(s, key, h, len(new), v, view{off: -1}, true); err != nil {
+			return false, err
+		}
+		if !found { // an evicting map evicted it to make room, after it matched: the swap stands
+			if err := m.put(s, &entry{key: key, h: h, val: new, deadline: deadline}, v, free, false); err != nil {
+				return false, err
+			}
+			return true, nil
+		}
+	}
+	if !m.pinEqual(s, v, old) {
 		return false, nil
 	}
 	odd := m.begin(s, v)
@@ -316,6 +345,9 @@ func (m *Map) pinEqual(s uint64, v view, b []byte) bool {
 func (m *Map) valueEqual(v view, b []byte) bool {
 	if metaValLen(v.meta) != len(b) {
 		return false
+	}
+	if metaFlags(v.meta)&flagExternal != 0 {
+		return m.externalEqual(v, b)
 	}
 	if metaFlags(v.meta)&flagCounter != 0 {
 		var w [8]byte

@@ -225,6 +225,9 @@ func (m *Map) noteDistance(sp span, home, i uint64) {
 }
 
 func (m *Map) appendValue(dst []byte, off int, meta uint64) []byte {
+	if metaFlags(meta)&flagExternal != 0 {
+		return m.appendExternal(dst, off, meta)
+	}
 	if metaFlags(meta)&flagCounter != 0 {
 		c := mem.Load64(m.mem, off+sData)
 		return append(dst, byte(c), byte(c>>8), byte(c>>16), byte(c>>24),

@@ -43,6 +43,7 @@ func (m *Map) repairSegment(s uint64) {
 	m.dropDuplicates(s, sp)
 	m.reseat(s, sp)
 	m.recountSegment(s, sp)
+	m.repairValues(s, sp)
 	if m.q.on {
 		m.rebuildQueues(s, sp)
 	}

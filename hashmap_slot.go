@@ -172,9 +172,10 @@ func metaFlags(meta uint64) uint64 { return meta >> 8 & 0xff }
 func metaKeyLen(meta uint64) int   { return int(meta >> 16 & 0xffff) }
 func metaValLen(meta uint64) int   { return int(meta >> 32) }
 
-// keyOff returns where a slot's key starts.
+// keyOff returns where a slot's key starts: after the 8-byte value of a
+// counter, or the 8-byte reference of a value in the value space.
 func keyOff(off int, meta uint64) int {
-	if metaFlags(meta)&flagCounter != 0 {
+	if metaFlags(meta)&(flagCounter|flagExternal) != 0 {
 		return off + sData + 8
 	}
 	return off + sData
@@ -192,6 +193,9 @@ func (m *Map) holds(off int, meta uint64, key string, h uint64) bool {
 // length is checked as the 32-bit field it is before it becomes an int,
 // which on 386 would make a length of 2^31 or more negative.
 func (m *Map) valid(meta uint64) bool {
+	if metaFlags(meta)&flagExternal != 0 {
+		return m.validExternal(meta)
+	}
 	if meta>>32 > uint64(m.maxPair) {
 		return false
 	}

@@ -239,7 +239,14 @@ type entry struct {
 
 // fill writes e's fields into a slot being written.
 func (m *Map) fill(off int, e *entry) {
-	if e.counter {
+	s := m.stripeOf(e.h)
+	old := mem.Load64(m.mem, off+sMeta)
+	if m.external(len(e.key), len(e.val)) && !e.counter {
+		ref := m.appendRecord(s, m.slotIndex(off), e.h, e.val)
+		mem.Put64(m.mem, off+sMeta, metaOf(stateLive, flagExternal, len(e.key), len(e.val)))
+		mem.Put64(m.mem, off+sData, ref)
+		mem.Write(m.mem, off+sData+8, e.key)
+	} else if e.counter {
 		mem.Put64(m.mem, off+sMeta, metaOf(stateLive, flagCounter, len(e.key), 8))
 		mem.Put64(m.mem, off+sData, uint64(e.n))
 		mem.Write(m.mem, off+sData+8, e.key)
@@ -250,6 +257,7 @@ func (m *Map) fill(off int, e *entry) {
 	}
 	mem.Put64(m.mem, off+sHash, e.h)
 	mem.Put64(m.mem, off+sDeadline, uint64(e.deadline))
+	m.releaseValue(s, old)
 	if e.deadline != 0 {
 		m.noteDeadlines()
 	}
@@ -345,10 +353,7 @@ func (m *Map) check(key string, vlen int) error {
 	if key == "" {
 		return fmt.Errorf("shmarena: map %s: %w", quote(m.name), ErrEmptyKey)
 	}
-	if len(key) > maxKeyLen || len(key)+vlen > m.maxPair {
-		return fmt.Errorf("shmarena: map %s: %w: key %d + value %d bytes, slot holds %d", quote(m.name), ErrTooLarge, len(key), vlen, m.maxPair)
-	}
-	return nil
+	return m.checkPair(len(key), vlen)
 }
 
 // deadlineFor returns the deadline a write sets: from WithTTL, kept from

@@ -34,7 +34,8 @@ type regionConfig struct {
 	evict                    bool
 	inFlight                 int64
 	inFlightSet              bool
-	schemaChange             bool // OpenTypedMap: see WithSchemaChange
+	schemaChange             bool  // OpenTypedMap: see WithSchemaChange
+	bytes                    int64 // a map's value space (WithBytes); 0 = none
 }
 
 // WithSlots sets the number of slots: entries of a map, records of a ring.

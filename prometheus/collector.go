@@ -39,6 +39,9 @@
 //	                                      (used, capacity, ...), uint64s are
 //	                                      counters (busy_total, full_total,
 //	                                      expired_total, recoveries_total, ...)
+//	shmarena_map_bytes_used, _bytes_dead, _bytes_capacity  gauges (a map's
+//	                                      value space, WithBytes), and
+//	                                      shmarena_map_bytes_moved_total
 //	shmarena_map_longest_probe_slots      gauge (MapStats.MaxProbe)
 //	shmarena_ring_<field>                 a RingStats field, the same way
 //	                                      (published_total, slots, ...)

@@ -82,6 +82,9 @@ func shape(r shmarena.RegionInfo) string {
 	switch r.Kind {
 	case shmarena.KindMap:
 		s += fmt.Sprintf(", %d stripes", r.Stripes)
+		if r.ValueBytes > 0 {
+			s += fmt.Sprintf(", %s of values", bytesText(r.ValueBytes))
+		}
 		if r.Typed {
 			s += ", typed"
 		}
@@ -231,9 +234,15 @@ func printStats(e *env, cur sample, prev *sample) {
 				if n == "MaxProbe" {
 					continue // below, with its unit
 				}
+				if strings.HasPrefix(n, "Bytes") && r.Map.BytesCapacity == 0 {
+					continue // no value space (WithBytes)
+				}
 				v := fmt.Sprint(vals[i])
-				if n == "Used" {
+				switch n {
+				case "Used":
 					v += fmt.Sprintf(" (%s full)", percent(vals[i], int64(r.Map.Capacity)))
+				case "BytesUsed":
+					v += fmt.Sprintf(" (%s of the value space)", percent(vals[i], r.Map.BytesCapacity))
 				}
 				rt := ""
 				if before != nil && n != "Capacity" {

@@ -25,3 +25,16 @@ func Put64(b []byte, off int, v uint64) { Store64(b, off, v) }
 // StoreRelease64 stores v at off with release ordering; elsewhere it is an
 // atomic store (see the amd64 version).
 func StoreRelease64(b []byte, off int, v uint64) { Store64(b, off, v) }
+
+func move(b []byte, dst, src, n int) {
+	_, _ = b[dst:dst+n], b[src:src+n]
+	if dst <= src {
+		for k := 0; k < n; k += 8 {
+			Store64(b, dst+k, Load64(b, src+k))
+		}
+		return
+	}
+	for k := n - 8; k >= 0; k -= 8 {
+		Store64(b, dst+k, Load64(b, src+k))
+	}
+}

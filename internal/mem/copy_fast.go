@@ -55,3 +55,5 @@ func Put64(b []byte, off int, v uint64) { *p64(b, off) = v }
 // every store is a release store (TSO), so a plain store does it without
 // the full fence of an atomic store.
 func StoreRelease64(b []byte, off int, v uint64) { *p64(b, off) = v }
+
+func move(b []byte, dst, src, n int) { copy(b[dst:dst+n], b[src:src+n]) }

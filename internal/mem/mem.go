@@ -229,3 +229,9 @@ func CASByte(b []byte, off int, old, new byte) bool {
 		}
 	}
 }
+
+// Move copies the n bytes at src to dst, as memmove does when the two
+// overlap. dst, src and n are multiples of 8. The caller is the only
+// writer of [dst, dst+n); readers of it validate what they copy (a
+// seqlock), and race builds copy a word at a time with atomics.
+func Move(b []byte, dst, src, n int) { move(b, dst, src, n) }
