@@ -299,7 +299,7 @@ func TestMapModelEvicting(t *testing.T) {
 	for _, slots := range []int{1, 5, 16, 97, 8193} {
 		t.Run(strconv.Itoa(slots), func(t *testing.T) {
 			m := testMap(t, WithSlots(slots), WithSlotSize(64), WithEviction())
-			runModelKeys(t, m, rand.New(rand.NewPCG(uint64(slots), 3)), raceScaled(max(20000, 8*slots)), max(2*slots, 40))
+			runModelKeys(t, m, rand.New(rand.NewPCG(uint64(slots), 3)), max(raceScaled(20000), 4*slots), max(2*slots, 40)) // enough inserts to evict
 			require.Positive(t, m.Stats().Evicted)
 		})
 	}
