@@ -91,7 +91,7 @@ func replaceMemfd(b []byte) error {
 // and later; earlier kernels could leave the range unmapped).
 func mapFixed(b []byte, flags, fd int) error {
 	addr := uintptr(unsafe.Pointer(&b[0]))
-	got, _, e := unix.Syscall6(unix.SYS_MMAP, addr, uintptr(len(b)),
+	got, _, e := unix.Syscall6(sysMmap, addr, uintptr(len(b)),
 		unix.PROT_READ|unix.PROT_WRITE, uintptr(flags|unix.MAP_FIXED), uintptr(fd), 0)
 	if e != 0 {
 		return fmt.Errorf("mapping: retire: %w", e)
