@@ -291,22 +291,23 @@ func (g *Group) advanceFloor() {
 	}
 }
 
-// claimAck is Claim for an acking group.
-func (g *Group) claimAck(max int) []Record {
+// claimAck is AppendClaim for an acking group.
+func (g *Group) claimAck(dst []Record, max int) []Record {
 	r := g.r
 	b := r.b
 	if max <= 0 {
 		max = int(r.inFlight)
 	}
 	if !g.lockAck() {
-		return nil
+		return dst
 	}
 	defer g.unlockAck()
 	g.advanceFloor()
 	now := time.Now().UnixNano()
-	var out []Record
 	var buf payloadBuf
 	buf.expect(min(max, int(r.inFlight)) * r.maxBody) // a small claim allocates little
+	out, start := dst, len(dst)
+	max += start
 	out = g.reclaim(now, max, out, &buf)
 	for round := 0; len(out) < max && round < 4; round++ {
 		floor, pos, ok := g.window()
@@ -315,7 +316,7 @@ func (g *Group) claimAck(max int) []Record {
 		}
 		end := min(mem.Load64(b, r.off+rl.OffNext), floor+r.inFlight)
 		if pos >= end {
-			if len(out) == 0 && round == 0 && g.checkHole() {
+			if len(out) == start && round == 0 && g.checkHole() {
 				continue
 			}
 			break
@@ -344,6 +345,7 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 	deadline := uint64(deadlineFrom(now, g.lease))
 	seq := pos
 	for ; seq < end && len(out) < max; seq++ {
+		buf.lend(out)
 		rec, res := r.readInto(seq, g.topic != "", g.topic, prev, buf)
 		if res == readOK && g.dead != "" && g.topic == "" && rec.Topic == g.dead {
 			res = readSkipped
@@ -497,6 +499,7 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 			continue
 		}
 		deliv := uint32(st)
+		buf.lend(out)
 		rec, res := r.readInto(seq, false, "", "", buf)
 		if g.maxDeliv != 0 && deliv >= g.maxDeliv {
 			switch g.giveUp(seq, deliv, rec, res) {
