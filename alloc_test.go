@@ -164,6 +164,14 @@ func TestAppendClaimAllocatesNothing(t *testing.T) {
 			}
 		})
 	}
+	recs = recs[:0]
+	zeroAllocs(t, "Group.AckAndClaim(16)", func() {
+		publish(16)
+		var err error
+		if recs, err = acked.AckAndClaim(recs, 16); err != nil || len(recs) != 16 {
+			t.Fatalf("claimed %d of 16: %v", len(recs), err)
+		}
+	})
 	assert.Equal(t, p, recs[0].Payload)
 	assert.Equal(t, "topic", recs[0].Topic)
 }
