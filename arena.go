@@ -46,6 +46,9 @@ type Arena struct {
 
 	retired *mapping.Retired // the mapping once Close replaced it (under mu)
 
+	faulted atomic.Pointer[error] // the first fault met on the mapping (fault.go)
+	id      fileID                // which file was opened (lifecycle.go)
+
 	// inflight counts operations of this process that may hold a lock in
 	// the file (writes, publishes, repairs). Close retires the mapping
 	// only once every count is zero; reads, which take no lock, are not
@@ -292,7 +295,9 @@ func newArena(f *os.File, path string, b []byte, readOnly bool) (*Arena, error) 
 		}
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
 	}
-	return &Arena{f: f, path: path, mem: b, own: own, self: own.Token(), seed: layout.ReadHeader(b).Seed}, nil
+	a := &Arena{f: f, path: path, mem: b, own: own, self: own.Token(), seed: layout.ReadHeader(b).Seed}
+	a.identify()
+	return a, nil
 }
 
 func reserveAndMap(fd int, path string, size int64) ([]byte, error) {
@@ -393,6 +398,7 @@ func attachUnderLock(f *os.File, path string, cfg openConfig) (*Arena, error) {
 		return initFile(f, path, cfg)
 	}
 	if err := validate(b, st.Size, cfg.size); err != nil {
+		err = withAttached(err, func() int { return liveHandles(b, fd) }, false)
 		_ = mapping.Unmap(b)
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), err)
 	}
@@ -432,9 +438,9 @@ func validate(b []byte, fileSize, want int64) error {
 	case h.HeaderSize != layout.HeaderSize:
 		return fmt.Errorf("%w: header size %d", ErrIncompatible, h.HeaderSize)
 	case h.TotalSize != fileSize:
-		return fmt.Errorf("%w: header says %d bytes, file is %d (truncated or extended by other means): remove the file and create it again", ErrSizeMismatch, h.TotalSize, fileSize)
+		return fmt.Errorf("%w: header says %d bytes, file is %d (truncated or extended by other means): stop its users, remove the file and create it again", ErrSizeMismatch, h.TotalSize, fileSize)
 	case want != 0 && want != h.TotalSize:
-		return fmt.Errorf("%w: asked for %d bytes, the file holds an arena of %d; an arena's size is fixed when it is created: remove the file to change it, or pass WithSize(0) to attach at any size", ErrSizeMismatch, want, h.TotalSize)
+		return fmt.Errorf("%w: asked for %d bytes, the file holds an arena of %d; an arena's size is fixed when it is created: move to a new file to change it (docs/lifecycle.md), or pass WithSize(0) to attach at any size", ErrSizeMismatch, want, h.TotalSize)
 	case h.DirCap != layout.DirEntries || h.RegionCount > h.DirCap:
 		return fmt.Errorf("%w: directory of %d entries with %d in use", ErrCorrupt, h.DirCap, h.RegionCount)
 	case h.NextFree < layout.HeaderSize || h.NextFree > h.TotalSize || h.NextFree%layout.RegionAlign != 0:
@@ -544,7 +550,7 @@ func (a *Arena) region(spec regionSpec) (layout.Entry, error) {
 		switch e.State {
 		case layout.EntryReady:
 			if e.Name == spec.name {
-				return e, spec.sameShape(e, h.NextFree, size)
+				return e, withAttached(spec.sameShape(e, h.NextFree, size), a.attached, true)
 			}
 			ready++
 		case layout.EntryCarving:

@@ -15,7 +15,8 @@ import (
 // (memfd_create; name shows in /proc/<pid>/fd). It has no path: share it
 // with workers started by os/exec by passing File() in Cmd.ExtraFiles and
 // calling OpenFile in the worker. It disappears when the last process
-// holding it exits, so a crash leaves nothing behind.
+// holding it exits, so a crash leaves nothing behind. Its size is sealed
+// (F_SEAL_SHRINK, F_SEAL_GROW): no process holding it can resize it.
 func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
 	cfg := openConfig{mode: 0o600}
 	for _, o := range opts {
@@ -30,12 +31,21 @@ func OpenMemfd(name string, opts ...OpenOption) (*Arena, error) {
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("shmarena: memfd %s: %w", quote(name), err)
 	}
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("shmarena: memfd %s: %w", quote(name), err)
 	}
 	f := os.NewFile(uintptr(fd), "memfd:"+name)
 	a, err := initFile(f, "", cfg)
+	if err == nil {
+		// Its size is final: sealed, no process holding it can shrink it
+		// under the others' mappings (SIGBUS) or grow it.
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+		if err != nil {
+			a.Close()
+			a, err = nil, fmt.Errorf("shmarena: memfd %s: sealing its size: %w", quote(name), err)
+		}
+	}
 	if err != nil {
 		f.Close()
 		return nil, err

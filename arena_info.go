@@ -9,6 +9,7 @@ import (
 
 	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/owner"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,18 +18,27 @@ import (
 
 // Processes returns the pids of the processes with a handle attached to the
 // arena, this one included, each once. Liveness is the kernel's word (see
-// "Processes and crashes" in the package documentation); the pid is as the
-// attaching process saw itself, so a process in another PID namespace
-// shows its pid there, and two such processes may show the same one.
-// ErrClosed after Close.
-func (a *Arena) Processes() ([]int, error) {
+// "Processes and crashes" in the package documentation). A handle's pid is
+// the pid that holds it now, as ProcessInfo.Holders finds it: after a fork
+// without exec that may be the child (or both) rather than the process
+// that opened it. Where /proc cannot tell (another PID namespace, hidepid,
+// no /proc) it is the pid the attaching process saw itself as, so two
+// processes in different namespaces may show the same one. ErrClosed after
+// Close.
+func (a *Arena) Processes() (_ []int, err error) {
+	defer catchFault(a, guard(), &err)
 	if a.closed.Load() {
 		return nil, ErrClosed
 	}
 	var pids []int
 	for _, e := range a.own.List() {
-		if e.Alive && !slices.Contains(pids, e.Pid) {
-			pids = append(pids, e.Pid)
+		if !e.Alive {
+			continue
+		}
+		for _, pid := range a.holders(e) {
+			if !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
 		}
 	}
 	runtime.KeepAlive(a)
@@ -46,7 +56,8 @@ func (a *Arena) Size() int64 {
 // Sync flushes the mapping to the file's storage (msync MS_SYNC). Other
 // processes see writes at once without it; it only matters for
 // durability of a file on disk across a machine crash.
-func (a *Arena) Sync() error {
+func (a *Arena) Sync() (err error) {
+	defer catchFault(a, guard(), &err)
 	if a.closed.Load() {
 		return ErrClosed
 	}
@@ -60,6 +71,7 @@ func (a *Arena) Sync() error {
 // Regions lists the arena's regions in directory order, or nil after
 // Close.
 func (a *Arena) Regions() []RegionInfo {
+	defer catchFault(a, guard(), nil)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed.Load() {
@@ -70,6 +82,15 @@ func (a *Arena) Regions() []RegionInfo {
 		out = append(out, regionInfo(e))
 	}
 	return out
+}
+
+// holders returns the pids that hold live entry e now, or its recorded
+// pid when /proc cannot tell.
+func (a *Arena) holders(e owner.Info) []int {
+	if pids := a.own.Holders(e.Index); len(pids) > 0 {
+		return pids
+	}
+	return []int{e.Pid}
 }
 
 // regionInfo describes the ready directory entry e.
@@ -110,6 +131,15 @@ type ArenaInfo struct {
 	// Processes lists every process-table entry ever taken, live or not;
 	// a read-only handle takes none and is not listed.
 	Processes []ProcessInfo
+	// Removed: the file was removed, or its path names another file now
+	// (or none), since this handle opened it. Processes that open the path
+	// reach another arena: this one's data is no longer shared with them.
+	// See docs/lifecycle.md.
+	Removed bool `json:",omitempty"`
+	// Truncated: another process shrank the file; the regions past its
+	// end are gone (Info then returns only Path, Size and the flags, and
+	// an error wrapping ErrTruncated).
+	Truncated bool `json:",omitempty"`
 }
 
 // ProcessInfo is one entry of an arena's process table: a handle that
@@ -120,19 +150,34 @@ type ProcessInfo struct {
 	Alive bool
 	Since time.Time // when it attached
 	Self  bool      // this handle
+	// Holders are the pids of the processes that hold the handle now, as
+	// this process's /proc shows them (read from /proc/<pid>/fdinfo, for a
+	// live entry): Pid alone as a rule; after a fork without exec, the
+	// child as well, or the child alone once Pid has exited (the handle
+	// stays alive while the child lives). Empty when /proc cannot tell
+	// (another PID namespace, hidepid, no /proc).
+	Holders []int `json:",omitempty"`
 }
 
-// Info returns the arena's header, regions and process table. It reads
-// only, and is safe for concurrent use; ErrClosed after Close.
-func (a *Arena) Info() (ArenaInfo, error) {
+// Info returns the arena's header, regions and process table, and what
+// became of its file (Removed, Truncated). It reads only, and is safe for
+// concurrent use. Errors: ErrClosed after Close; ErrTruncated when another
+// process shrank the file (see ArenaInfo.Truncated).
+func (a *Arena) Info() (_ ArenaInfo, err error) {
+	defer catchFault(a, guard(), &err)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed.Load() {
 		return ArenaInfo{}, ErrClosed
 	}
+	fs := a.fileState()
+	if fs.truncated {
+		return ArenaInfo{Path: a.path, Size: int64(len(a.mem)), ReadOnly: a.readOnly, Removed: fs.removed || fs.replaced,
+			Truncated: true}, fs.err(a)
+	}
 	h := layout.ReadHeader(a.mem)
 	in := ArenaInfo{Path: a.path, LayoutVersion: h.Version, Size: int64(len(a.mem)), Used: h.NextFree,
-		BootID: hex.EncodeToString(h.BootID[:]), ReadOnly: a.readOnly}
+		BootID: hex.EncodeToString(h.BootID[:]), ReadOnly: a.readOnly, Removed: fs.removed || fs.replaced}
 	if c := mem.Load64(a.mem, layout.OffCreated); c != 0 {
 		in.Created = time.Unix(0, int64(c))
 	}
@@ -140,7 +185,11 @@ func (a *Arena) Info() (ArenaInfo, error) {
 		in.Regions = append(in.Regions, regionInfo(e))
 	}
 	for _, p := range a.own.List() {
-		in.Processes = append(in.Processes, ProcessInfo{Pid: p.Pid, Alive: p.Alive, Since: time.Unix(0, p.Since), Self: p.Self})
+		pi := ProcessInfo{Pid: p.Pid, Alive: p.Alive, Since: time.Unix(0, p.Since), Self: p.Self}
+		if p.Alive {
+			pi.Holders = a.own.Holders(p.Index)
+		}
+		in.Processes = append(in.Processes, pi)
 	}
 	return in, nil
 }
@@ -152,6 +201,9 @@ type ArenaStats struct {
 	Size      int64 // bytes
 	Used      int64 // bytes carved: the header and every region
 	Processes int   // live handles attached (read-only ones not counted)
+	// Removed and Truncated are ArenaInfo's: what became of the file.
+	Removed   bool `json:",omitempty"`
+	Truncated bool `json:",omitempty"`
 	Regions   []RegionStats
 }
 
@@ -170,19 +222,26 @@ type RegionStats struct {
 // Stats returns every region's statistics (see ArenaStats). It reads
 // only: it works on a read-only handle and joins no group. Errors:
 // ErrClosed after Close; ErrCorrupt for a ring whose directory entry is
-// damaged (the other regions are still returned). Safe for concurrent use.
-func (a *Arena) Stats() (ArenaStats, error) {
+// damaged (the other regions are still returned); ErrTruncated when
+// another process shrank the file (only Size and the flags are returned).
+// A removed or replaced file is reported in Removed, not as an error.
+// Safe for concurrent use.
+func (a *Arena) Stats() (_ ArenaStats, err error) {
+	defer catchFault(a, guard(), &err)
 	if a.closed.Load() {
 		return ArenaStats{}, ErrClosed
 	}
 	defer runtime.KeepAlive(a)
-	st := ArenaStats{Size: int64(len(a.mem)), Used: layout.ReadHeader(a.mem).NextFree}
+	fs := a.fileState()
+	if fs.truncated {
+		return ArenaStats{Size: int64(len(a.mem)), Removed: fs.removed || fs.replaced, Truncated: true}, fs.err(a)
+	}
+	st := ArenaStats{Size: int64(len(a.mem)), Used: layout.ReadHeader(a.mem).NextFree, Removed: fs.removed || fs.replaced}
 	for _, p := range a.own.List() {
 		if p.Alive {
 			st.Processes++
 		}
 	}
-	var err error
 	for _, e := range a.readyEntries() {
 		rs := RegionStats{Name: e.Name, Kind: RegionKind(e.Kind), Bytes: e.Length}
 		switch rs.Kind {
@@ -210,7 +269,8 @@ func (a *Arena) Stats() (ArenaStats, error) {
 // nothing: for tools that inspect an arena they did not make. A typed map
 // is returned as its byte view (values are msgpack encodings). Errors:
 // ErrNoRegion when there is no such region or it is a ring; ErrClosed.
-func (a *Arena) LookupMap(name string) (*Map, error) {
+func (a *Arena) LookupMap(name string) (_ *Map, err error) {
+	defer catchFault(a, guard(), &err)
 	e, err := a.lookup(name, KindMap)
 	if err != nil {
 		return nil, err
@@ -221,7 +281,8 @@ func (a *Arena) LookupMap(name string) (*Map, error) {
 // LookupRing returns the ring named name whatever its shape, creating
 // nothing. Errors: ErrNoRegion when there is no such region or it is a
 // map; ErrCorrupt when its directory entry is damaged; ErrClosed.
-func (a *Arena) LookupRing(name string) (*Ring, error) {
+func (a *Arena) LookupRing(name string) (_ *Ring, err error) {
+	defer catchFault(a, guard(), &err)
 	e, err := a.lookup(name, KindRing)
 	if err != nil {
 		return nil, err

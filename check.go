@@ -27,14 +27,25 @@ func (f Finding) String() string {
 // read-only handle, while other processes use the arena: a slot or record
 // being written under a held lock is normal (a dead holder's is left to
 // RecoverLocks or to the next user of the lock), and counts are compared
-// only when they held still. It returns ErrClosed after Close.
-func (a *Arena) Check() ([]Finding, error) {
+// only when they held still.
+//
+// It also asks the kernel what became of the file: when another process
+// shrank it, Check returns an error wrapping ErrTruncated and no findings
+// (the regions are gone); when it was removed, or its path names another
+// file now, Check returns its findings and an error wrapping ErrRemoved.
+// It returns ErrClosed after Close.
+func (a *Arena) Check() (_ []Finding, err error) {
+	defer catchFault(a, guard(), &err)
 	if a.closed.Load() {
 		return nil, ErrClosed
 	}
 	defer runtime.KeepAlive(a)
+	fs := a.fileState()
+	if fs.truncated {
+		return nil, fs.err(a)
+	}
 	if err := validate(a.mem, int64(len(a.mem)), 0); err != nil {
-		return []Finding{{Problem: err.Error()}}, nil
+		return []Finding{{Problem: err.Error()}}, fs.err(a)
 	}
 	var out []Finding
 	for _, e := range a.readyEntries() {
@@ -56,5 +67,5 @@ func (a *Arena) Check() ([]Finding, error) {
 	if a.closed.Load() {
 		return nil, ErrClosed
 	}
-	return out, nil
+	return out, fs.err(a)
 }

@@ -1,10 +1,13 @@
 package shmarena
 
 import (
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,4 +184,199 @@ func TestCheckFindsCorruption(t *testing.T) {
 			assert.Contains(t, strings.Join(found, "\n"), c.want)
 		})
 	}
+}
+
+// Check on healthy maps left by heavy churn of evicting and plain maps
+// (TTLs, deletes, counters, evictions, Clear) finds nothing, for several
+// stripe counts and segment boundaries.
+func TestCheckAfterChurnFindsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []RegionOption
+	}{
+		{"evict-1", []RegionOption{WithSlots(1), WithSlotSize(64), WithEviction()}},
+		{"evict-8191", []RegionOption{WithSlots(8191), WithSlotSize(64), WithEviction()}},
+		{"evict-8192", []RegionOption{WithSlots(8192), WithSlotSize(64), WithEviction()}},
+		{"evict-8193", []RegionOption{WithSlots(8193), WithSlotSize(64), WithEviction()}},
+		{"evict-16384-stripes-3", []RegionOption{WithSlots(16384), WithSlotSize(64), WithEviction(), WithStripes(3)}},
+		{"evict-20000-stripes-1", []RegionOption{WithSlots(20000), WithSlotSize(64), WithEviction(), WithStripes(1)}},
+		{"plain-8191", []RegionOption{WithSlots(8191), WithSlotSize(64)}},
+		{"plain-8193", []RegionOption{WithSlots(8193), WithSlotSize(64)}},
+		{"plain-1", []RegionOption{WithSlots(1), WithSlotSize(64)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _ := tempArena(t, 8<<20)
+			m, err := a.Map("m", tc.opts...)
+			require.NoError(t, err)
+			evict := m.q.on
+			rng := rand.New(rand.NewPCG(1, 2))
+			keys := 3 * m.Capacity()
+			for i := range 6 * m.Capacity() / raceSlowdown {
+				k := strconv.Itoa(rng.IntN(keys))
+				switch rng.IntN(6) {
+				case 0, 1:
+					err := m.Store("k"+k, []byte("v"+k), WithTTL(time.Duration(rng.IntN(3))*time.Millisecond))
+					if evict {
+						require.NoError(t, err)
+					} else if err != nil {
+						require.ErrorIs(t, err, ErrFull)
+					}
+				case 2:
+					m.Delete("k" + k)
+				case 3:
+					if _, err := m.Add("c"+k, 1); err != nil && !evict {
+						require.ErrorIs(t, err, ErrFull)
+					} else {
+						require.NoError(t, err)
+					}
+				case 4:
+					m.Load("k" + k)
+				case 5:
+					if i%(2*m.Capacity()+1) == 0 {
+						m.Clear()
+					}
+				}
+			}
+			fs, err := a.Check()
+			require.NoError(t, err)
+			assert.Empty(t, fs)
+			n := 0
+			for range m.Keys() {
+				n++
+			}
+			assert.LessOrEqual(t, n, m.Len(), "Keys yields no more than Len counts")
+			if evict {
+				assert.LessOrEqual(t, m.Len(), max(1, m.Capacity()-m.Capacity()/8)*int(m.stripes), "7/8 of the slots at most")
+			}
+			m.Clear()
+			assert.Zero(t, m.Len())
+			fs, err = a.Check()
+			require.NoError(t, err)
+			assert.Empty(t, fs)
+		})
+	}
+}
+
+// checkWhileWriting runs Check (on a writable and a read-only handle)
+// up to 300 times while goroutines churn an evicting, a plain and a typed
+// map (TTLs, deletes, counters, Clear), and returns the findings whose
+// text contains want (every finding when want is "").
+func checkWhileWriting(t *testing.T, want string, skip string) []string {
+	a, path := tempArena(t, 16<<20)
+	m, err := a.Map("ev", WithSlots(8193), WithSlotSize(64), WithEviction(), WithStripes(2))
+	require.NoError(t, err)
+	p, err := a.Map("pl", WithSlots(8191), WithSlotSize(64))
+	require.NoError(t, err)
+	tm, err := OpenTypedMap[testRoute](a, "tm", WithSlots(4096), WithEviction())
+	require.NoError(t, err)
+	ro, err := Open(path, ReadOnly())
+	require.NoError(t, err)
+	defer ro.Close()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			for !stop.Load() {
+				k := strconv.Itoa(rng.IntN(30000))
+				switch rng.IntN(9) {
+				case 0, 1:
+					_ = m.Store("k"+k, []byte(k), WithTTL(time.Duration(rng.IntN(5))*time.Millisecond))
+				case 2:
+					m.Delete("k" + k)
+				case 3:
+					_, _ = m.Add("c"+k, 1)
+				case 4:
+					m.Load("k" + k)
+				case 5:
+					_ = p.Store("p"+strconv.Itoa(rng.IntN(7000)), []byte(k))
+					p.Delete("p" + strconv.Itoa(rng.IntN(7000)))
+				case 6:
+					_, _ = tm.Update("u"+k, func(o testRoute, _ bool) (testRoute, bool) { o.Weight++; return o, true })
+				case 7:
+					if rng.IntN(2000) == 0 {
+						m.Clear()
+						tm.Clear()
+						p.Clear()
+					}
+				case 8:
+					tm.Delete("u" + k)
+				}
+			}
+		}()
+	}
+	var findings []string
+	for i := 0; i < raceScaled(300) && len(findings) == 0; i++ {
+		for _, h := range []*Arena{a, ro} {
+			fs, err := h.Check()
+			require.NoError(t, err)
+			for _, f := range fs {
+				if s := f.String(); strings.Contains(s, want) && (skip == "" || !strings.Contains(s, skip)) {
+					findings = append(findings, s)
+				}
+			}
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	fs, err := a.Check()
+	require.NoError(t, err)
+	require.Empty(t, fs, "the maps are healthy at rest")
+	return findings
+}
+
+// Check reads the longest probe distance once, before its scan: a key
+// inserted further from home during the scan raises it, and is then
+// reported "beyond the longest probe distance".
+func TestCheckWhileWritersRunNoKeyBeyondLongestProbe(t *testing.T) {
+	assert.Empty(t, checkWhileWriting(t, "beyond the longest probe distance", ""), "Check while writers run")
+}
+
+// Check samples a segment's lock once, before scanning its slots: a
+// delete that takes the lock after that leaves a hole (a tombstone while
+// entries move back) that Check reports as "a tombstone at rest".
+func TestCheckWhileWritersRunNoOtherFinding(t *testing.T) {
+	assert.Empty(t, checkWhileWriting(t, "", "beyond the longest probe distance"), "Check while writers run")
+}
+
+// Check compares a map's counts with its slots only when the counts held
+// still during the scan; an evicting map at capacity keeps Used constant
+// while every insert evicts another entry, so the counts "hold still"
+// while the slots change under the scan.
+func TestCheckCountsOfAFullCacheWhileItEvicts(t *testing.T) {
+	a, _ := tempArena(t, 8<<20)
+	m, err := a.Map("ev", WithSlots(8192), WithSlotSize(64), WithEviction())
+	require.NoError(t, err)
+	for i := range 3 * 8192 {
+		require.NoError(t, m.Store("f"+strconv.Itoa(i), []byte("v")))
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				_ = m.Store("g"+strconv.Itoa(g)+":"+strconv.Itoa(i), []byte("v"))
+			}
+		}()
+	}
+	var findings []string
+	for i := 0; i < raceScaled(500) && len(findings) == 0; i++ {
+		fs, err := a.Check()
+		require.NoError(t, err)
+		for _, f := range fs {
+			if strings.Contains(f.String(), "counts say") {
+				findings = append(findings, f.String())
+			}
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	fs, err := a.Check()
+	require.NoError(t, err)
+	require.Empty(t, fs, "the map is healthy at rest")
+	assert.Empty(t, findings, "Check while a full cache evicts")
 }

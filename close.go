@@ -66,7 +66,8 @@ func (a *Arena) inflightTotal() int64 {
 // file cannot be closed, or when the mapping cannot be replaced (the file
 // then stays mapped until the range is unmapped as above); the arena is
 // closed either way.
-func (a *Arena) Close() error {
+func (a *Arena) Close() (err error) {
+	defer catchFault(a, guard(), &err)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.closed.CompareAndSwap(false, true) {
@@ -94,7 +95,7 @@ func (a *Arena) Close() error {
 // finishWhenDrained.
 func (a *Arena) awaitInflight() bool {
 	deadline := time.Now().Add(100 * time.Millisecond)
-	for a.inflightTotal() != 0 {
+	for a.inflightTotal() != 0 && a.faulted.Load() == nil { // a fault left its count behind
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -109,7 +110,7 @@ func (a *Arena) awaitInflight() bool {
 // whose error has no one to go to. Holding a, it keeps the range from
 // being unmapped meanwhile.
 func (a *Arena) finishWhenDrained() {
-	for d := 50 * time.Microsecond; a.inflightTotal() != 0; d = min(2*d, 10*time.Millisecond) {
+	for d := 50 * time.Microsecond; a.inflightTotal() != 0 && a.faulted.Load() == nil; d = min(2*d, 10*time.Millisecond) {
 		time.Sleep(d)
 	}
 	a.mu.Lock()

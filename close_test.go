@@ -416,3 +416,41 @@ func closedHandles(t *testing.T) (func(func(string) bool), *Cursor, *Group, *map
 	require.NoError(t, a.Close())
 	return m.Keys(), c, g, retiredOf(a)
 }
+
+// A write waiting for a stripe another handle holds (a live, slow or
+// stopped holder: here another handle's Update) gives up with ErrClosed
+// when its handle is closed, rather than go ahead once the holder lets go,
+// after Close returned: every method returns ErrClosed after Close, and
+// only a write already holding a lock is let finish. (Close's finish, with
+// this handle's process-table entry, waits on another process for as long
+// as it holds the stripe.)
+func TestWriteWaitingForAStripeGivesUpOnClose(t *testing.T) {
+	b, path := tempArena(t, 1<<20)
+	tb, err := OpenTypedMap[int](b, "t", WithSlots(64), WithStripes(1))
+	require.NoError(t, err)
+	a, err := Open(path)
+	require.NoError(t, err)
+	ta, err := OpenTypedMap[int](a, "t", WithSlots(64), WithStripes(1))
+	require.NoError(t, err)
+
+	inFn, release := make(chan struct{}), make(chan struct{})
+	updated := make(chan error, 1)
+	go func() {
+		_, err := tb.Update("k", func(int, bool) (int, bool) {
+			close(inFn)
+			<-release
+			return 1, true
+		})
+		updated <- err
+	}()
+	<-inFn
+	stored := make(chan error, 1)
+	go func() { stored <- ta.Store("k", 2) }()
+	time.Sleep(50 * time.Millisecond) // the Store is waiting for the stripe
+	require.NoError(t, a.Close())
+	close(release)
+	require.NoError(t, <-updated)
+	err = <-stored
+	v, _, _ := tb.Load("k")
+	require.ErrorIs(t, err, ErrClosed, "a Store still waiting when Close returned went ahead (value now %d)", v)
+}

@@ -101,7 +101,8 @@ func (t *TypedMap[V]) Len() int { return t.m.Len() }
 // ErrTooLarge when len(key) plus the encoding exceeds MaxPair; ErrEmptyKey;
 // ErrFull for a new key in a full table; ErrClosed. A refused Store changes
 // nothing.
-func (t *TypedMap[V]) Store(key string, value V, opts ...WriteOption) error {
+func (t *TypedMap[V]) Store(key string, value V, opts ...WriteOption) (err error) {
+	defer catchFault(t.m.a, guard(), &err)
 	st := getEnc()
 	defer putEnc(st)
 	b, err := t.encode(st, &value)
@@ -117,6 +118,7 @@ func (t *TypedMap[V]) Store(key string, value V, opts ...WriteOption) error {
 // when the stored bytes are not well-formed msgpack, and ErrTypeMismatch
 // when they do not decode as V. Lock-free, as Map.Load.
 func (t *TypedMap[V]) Load(key string) (value V, ok bool, err error) {
+	defer catchFault(t.m.a, guard(), &err)
 	bp := getBuf()
 	defer putBuf(bp)
 	b, ok := t.m.AppendLoad((*bp)[:0], key)
@@ -141,6 +143,7 @@ func (t *TypedMap[V]) Exists(key string) bool { return t.m.Exists(key) }
 // for Store, and ErrCorrupt when the existing bytes do not decode (nothing
 // changes then).
 func (t *TypedMap[V]) LoadOrStore(key string, value V, opts ...WriteOption) (actual V, loaded bool, err error) {
+	defer catchFault(t.m.a, guard(), &err)
 	st := getEnc()
 	defer putEnc(st)
 	b, err := t.encode(st, &value)
@@ -176,6 +179,7 @@ func (t *TypedMap[V]) Clear() { t.m.Clear() }
 // in encoding. Atomic across processes. Errors: ErrEncode (old or new),
 // ErrTooLarge (new), ErrEmptyKey, ErrClosed.
 func (t *TypedMap[V]) CompareAndSwap(key string, old, new V) (swapped bool, err error) {
+	defer catchFault(t.m.a, guard(), &err)
 	so, sn := getEnc(), getEnc()
 	defer putEnc(so)
 	defer putEnc(sn)
@@ -215,11 +219,12 @@ func (t *TypedMap[V]) CompareAndSwap(key string, old, new V) (swapped bool, err 
 // Errors, all leaving the entry unchanged: ErrCorrupt (the current bytes do
 // not decode; fn is not called), ErrEncode and ErrTooLarge (for the value fn
 // returned), ErrFull (a new key in a full table), ErrEmptyKey, ErrClosed.
-func (t *TypedMap[V]) Update(key string, fn func(old V, ok bool) (V, bool), opts ...WriteOption) (V, error) {
+func (t *TypedMap[V]) Update(key string, fn func(old V, ok bool) (V, bool), opts ...WriteOption) (_ V, err error) {
+	defer catchFault(t.m.a, guard(), &err)
 	var result V
 	st := getEnc()
 	defer putEnc(st)
-	err := t.m.update(key, writeOpts(opts), func(oldb []byte, ok bool) ([]byte, bool, error) {
+	err = t.m.update(key, writeOpts(opts), func(oldb []byte, ok bool) ([]byte, bool, error) {
 		var old V
 		if ok {
 			if err := t.decode(key, oldb, &old); err != nil {

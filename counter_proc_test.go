@@ -23,7 +23,7 @@ import (
 // the writes that return or compare them (LoadAndDelete, Swap,
 // CompareAndSwap, CompareAndDelete), and churn filler keys and deadlines in
 // the same tiny table. Every successful Add must be taken or left exactly
-// once. (Written by a reviewer, who found the mixed-mode bug with it.)
+// once.
 
 var procCounters = []string{"c0", "c1", "c2", "c3"}
 

@@ -42,6 +42,7 @@ type CursorStats struct {
 // record the ring still holds. WithTopic is ignored. After Close the
 // cursor it returns reads nothing.
 func (r *Ring) Cursor(opts ...ReaderOption) *Cursor {
+	defer catchFault(r.a, guard(), nil)
 	var cfg readerConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -64,6 +65,7 @@ func (r *Ring) Cursor(opts ...ReaderOption) *Cursor {
 // behind jumps to the oldest record still held and counts the gap as
 // lapped; holes and damaged slots are stepped over and counted.
 func (c *Cursor) Next() (Record, bool) {
+	defer catchFault(c.r.a, guard(), nil)
 	if c.r.closed() {
 		return Record{}, false
 	}
@@ -130,6 +132,7 @@ func (c *Cursor) Read(max int) []Record {
 // nothing once its slice and payloads have grown, and each payload stays
 // valid until the slice is passed again.
 func (c *Cursor) AppendRead(dst []Record, max int) []Record {
+	defer catchFault(c.r.a, guard(), nil)
 	if c.r.closed() {
 		return dst
 	}
@@ -159,7 +162,8 @@ func (c *Cursor) AppendRead(dst []Record, max int) []Record {
 // the arena closes (ErrClosed). It returns nil at once when something is
 // already readable. It sleeps on a futex shared with producers, waking at
 // least every 100 ms to notice a producer that died mid-publish.
-func (c *Cursor) Wait(ctx context.Context) error {
+func (c *Cursor) Wait(ctx context.Context) (err error) {
+	defer catchFault(c.r.a, guard(), &err)
 	return c.r.wait(ctx, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -172,6 +176,7 @@ func (c *Cursor) Wait(ctx context.Context) error {
 
 // Stats returns the cursor's counts (zero after Close).
 func (c *Cursor) Stats() CursorStats {
+	defer catchFault(c.r.a, guard(), nil)
 	if c.r.closed() {
 		return CursorStats{}
 	}

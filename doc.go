@@ -32,13 +32,27 @@
 // # How liveness is proven
 //
 // Each attached handle takes a process-table entry by taking an
-// open-file-description lock (fcntl F_OFD_SETLK) on the entry's byte of
-// the arena file, on a file description of its own, and bumps the entry's
-// generation. The kernel holds that lock exactly while the description is
-// open, and releases it when the process exits, however it exits. A
-// handle is dead when its entry holds another generation (the entry was
-// taken again, which needed the lock) or when F_OFD_GETLK finds the byte
-// unlocked; alive otherwise. No pid and no /proc are involved, so the
+// open-file-description write lock (fcntl F_OFD_SETLK) on one of the
+// entry's bytes of the arena file (past its end), on a file description of
+// its own, and bumps the entry's generation. The kernel holds that lock
+// exactly while the description is open, and releases it when the last
+// process holding the description exits, however it exits. A handle is
+// dead when its entry holds another generation (the entry was taken
+// again, which needed the lock) or when F_OFD_GETLK finds no write lock on
+// its byte; alive otherwise. Only a write lock counts: a process that may
+// only read the file (another user, the arena made WithMode(0o644)) can
+// read-lock bytes, but that never keeps a dead handle alive, and a new
+// handle passes over a read-locked byte to another of the entry's. A
+// reader that read-locks every byte no live handle holds does block new
+// handles (OFD locks offer nothing it cannot lock): Open then fails with
+// an error wrapping syscall.EAGAIN that says so, and recovery of the
+// attached handles' locks goes on.
+//
+// A process that forks without exec after Open (rare in Go) shares its
+// handles' file descriptions with the child, so a handle stays alive
+// until both have exited or closed it: its locks and a group's leases are
+// not taken over while the child lives. Processes and Locks then show the
+// pid that opened the handle. Open arenas after forking, or exec. No pid and no /proc are involved, so the
 // verdict is the same in every PID namespace, container and /proc view
 // sharing the file on one host, and pid reuse and reboots need no special
 // case. Releasing a lock and committing a ring record are compare-and-swaps

@@ -119,6 +119,22 @@ var (
 	// of the name (and kind) asked for.
 	ErrNoRegion = errors.New("no such region")
 
+	// ErrTruncated means the arena's file was shrunk by another process
+	// (truncate, ftruncate) while mapped: the regions past its new end are
+	// gone. An operation that meets them returns it (one that returns no
+	// error returns a miss or zero) instead of the process dying of
+	// SIGBUS; Check, Info and Stats report it. Nothing can repair such a
+	// file: stop its users and create it afresh (docs/lifecycle.md).
+	ErrTruncated = errors.New("arena file truncated")
+
+	// ErrRemoved means the arena's file was removed, or its path now names
+	// another file, while this process had it open: processes that open
+	// the path from now on reach another arena (Open creates a new one),
+	// and this one's data is no longer shared with them. Check returns it;
+	// Info and Stats report it (Removed). Plan a change of file as
+	// docs/lifecycle.md says.
+	ErrRemoved = errors.New("arena file removed or replaced")
+
 	// ErrInvalid means an option or argument is out of range.
 	ErrInvalid = errors.New("invalid argument")
 )

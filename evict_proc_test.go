@@ -102,8 +102,9 @@ func TestEvictingMapChurnProcesses(t *testing.T) {
 		k := "hot-" + strconv.Itoa(i)
 		require.NoError(t, m.Store(k, churnValue(k)))
 	}
-	// 100 capacities of inserts between the 4 processes.
-	perProcess := 100 * churnSlots / 4
+	// 100 capacities of inserts between the 4 processes (20 under the race
+	// detector).
+	perProcess := raceScaled(100 * churnSlots / 4)
 	runChildren(t, "evict-churn", 4, "SHMARENA_PATH="+path, "SHMARENA_N="+strconv.Itoa(perProcess))
 
 	st := m.Stats()

@@ -159,7 +159,8 @@ func forgetGroups(a *Arena) {
 // ring already holds 64 groups; ErrCorrupt when the group table is
 // damaged; ErrClosed after Close. Creation is serialised across processes
 // by a robust lock in the ring header.
-func (r *Ring) Group(name string, opts ...ReaderOption) (*Group, error) {
+func (r *Ring) Group(name string, opts ...ReaderOption) (_ *Group, err error) {
+	defer catchFault(r.a, guard(), &err)
 	if r.closed() {
 		return nil, ErrClosed
 	}
@@ -311,6 +312,7 @@ func (g *Group) Topic() string { return g.topic }
 // pool looks at next. It belongs to the pool, not to this member, and
 // stays when every member leaves. It returns 0 after Close.
 func (g *Group) Position() uint64 {
+	defer catchFault(g.r.a, guard(), nil)
 	if g.r.closed() {
 		return 0
 	}
@@ -382,6 +384,7 @@ func (g *Group) Claim(max int) []Record {
 // Safe for concurrent use by goroutines and processes, each with its own
 // dst.
 func (g *Group) AppendClaim(dst []Record, max int) []Record {
+	defer catchFault(g.r.a, guard(), nil)
 	r := g.r
 	if r.closed() {
 		return dst
@@ -516,10 +519,11 @@ func (g *Group) checkHole() bool {
 //
 // Wait returns an error wrapping ErrNoGroup when the group was dropped
 // (Ring.DropGroup), before or while it waits.
-func (g *Group) Wait(ctx context.Context) error {
+func (g *Group) Wait(ctx context.Context) (err error) {
+	defer catchFault(g.r.a, guard(), &err)
 	r := g.r
 	dropped := false
-	err := r.wait(ctx, func() bool {
+	err = r.wait(ctx, func() bool {
 		if !g.current() {
 			dropped = true
 			return true
@@ -581,6 +585,7 @@ func (g *Group) Records(ctx context.Context) iter.Seq[Record] {
 // Stats returns the group's counts (zero after Close). Each shared field
 // is read atomically; together they are a near-snapshot.
 func (g *Group) Stats() GroupStats {
+	defer catchFault(g.r.a, guard(), nil)
 	r := g.r
 	if r.closed() {
 		return GroupStats{}

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Benchmarks of the at-least-once queue. The speed targets (issue 14):
+// Benchmarks of the at-least-once queue. The speed targets:
 //   - an acking group, producer to one consumer process, 64-byte records,
 //     Claim/Ack in batches: at least 0.5x the at-most-once group's
 //     throughput (BenchmarkAckTransport logs the ratio, same run);

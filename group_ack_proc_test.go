@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -302,13 +303,15 @@ func TestAckQueueConsumerKilledTwice(t *testing.T) {
 	assert.Equal(t, uint64(jobs), gs.Delivered)
 }
 
-// lateLease is the lease of TestAckLateMemberProcessLosesLease's group.
-const lateLease = 100 * time.Millisecond * raceSlowdown
-
-// lateMemberRole claims one record with a short lease, reports it, waits
-// for a line on stdin (by then the lease went to the parent), then tries
-// to settle it and reports what Ack, Nack and Extend returned.
-func lateMemberRole(path, _ string) error {
+// lateMemberRole claims one record with a short lease (the duration in
+// arg), reports it, waits for a line on stdin (by then the lease went to
+// the parent), then tries to settle it and reports what Ack, Nack and
+// Extend returned.
+func lateMemberRole(path, arg string) error {
+	lease, err := time.ParseDuration(arg)
+	if err != nil {
+		return err
+	}
 	a, err := Open(path)
 	if err != nil {
 		return err
@@ -318,7 +321,7 @@ func lateMemberRole(path, _ string) error {
 	if err != nil {
 		return err
 	}
-	g, err := r.Group("w", WithAck(lateLease))
+	g, err := r.Group("w", WithAck(lease))
 	if err != nil {
 		return err
 	}
@@ -338,45 +341,54 @@ func lateMemberRole(path, _ string) error {
 
 func TestAckLateMemberProcessLosesLease(t *testing.T) {
 	asChild(map[string]func(string, string) error{"late": lateMemberRole})
-	a, path := openTestArena(t, 1<<20)
-	r, err := a.Ring("late", WithSlots(8), WithSlotSize(64))
-	require.NoError(t, err)
-	g, err := r.Group("w", WithAck(lateLease))
-	require.NoError(t, err)
-	seq, err := r.Publish("t", []byte("job"))
-	require.NoError(t, err)
+	withShortLife(t, func(lease time.Duration) bool {
+		a, path := openTestArena(t, 1<<20)
+		r, err := a.Ring("late", WithSlots(8), WithSlotSize(64))
+		require.NoError(t, err)
+		g, err := r.Group("w", WithAck(lease))
+		require.NoError(t, err)
+		seq, err := r.Publish("t", []byte("job"))
+		require.NoError(t, err)
 
-	c := aqStart(t, "late", path, "")
-	in, err := c.StdinPipe()
-	require.NoError(t, err)
-	out, err := c.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.Start())
-	br := bufio.NewReader(out)
-	line, err := br.ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, fmt.Sprintf("CLAIMED %d 1\n", seq), line)
-
-	assert.Nil(t, g.Claim(1), "the child's lease is live")
-	time.Sleep(lateLease + 10*time.Millisecond)
-	mine := g.Claim(1)
-	require.Len(t, mine, 1, "the expired lease comes to this member")
-	assert.Equal(t, 2, mine[0].Deliveries)
-	before := g.Stats()
-
-	_, err = in.Write([]byte("go\n"))
-	require.NoError(t, err)
-	for i := 0; i < 3; i++ {
+		c := aqStart(t, "late", path, lease.String())
+		in, err := c.StdinPipe()
+		require.NoError(t, err)
+		out, err := c.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, c.Start())
+		br := bufio.NewReader(out)
 		line, err := br.ReadString('\n')
 		require.NoError(t, err)
-		assert.Equal(t, "LATE true\n", line, "the late member's settle %d returns ErrLeaseLost", i)
-	}
-	require.NoError(t, c.Wait())
-	after := g.Stats()
-	after.OldestPending, before.OldestPending = 0, 0
-	assert.Equal(t, before, after, "the late member changed nothing")
-	require.NoError(t, g.Ack(mine...), "this member's lease is intact")
-	assert.Zero(t, g.Stats().Pending)
+		require.Equal(t, fmt.Sprintf("CLAIMED %d 1\n", seq), line)
+
+		if got := g.Claim(1); got != nil { // the child's lease ran out before this claim
+			_, err = in.Write([]byte("go\n"))
+			require.NoError(t, err)
+			_, _ = io.Copy(io.Discard, br)
+			require.NoError(t, c.Wait())
+			return false
+		}
+		time.Sleep(lease * 3 / 2)
+		mine := g.Claim(1)
+		require.Len(t, mine, 1, "the expired lease comes to this member")
+		assert.Equal(t, 2, mine[0].Deliveries)
+		before := g.Stats()
+
+		_, err = in.Write([]byte("go\n"))
+		require.NoError(t, err)
+		for i := 0; i < 3; i++ {
+			line, err := br.ReadString('\n')
+			require.NoError(t, err)
+			assert.Equal(t, "LATE true\n", line, "the late member's settle %d returns ErrLeaseLost", i)
+		}
+		require.NoError(t, c.Wait())
+		after := g.Stats()
+		after.OldestPending, before.OldestPending = 0, 0
+		assert.Equal(t, before, after, "the late member changed nothing")
+		require.NoError(t, g.Ack(mine...), "this member's lease is intact")
+		assert.Zero(t, g.Stats().Pending)
+		return true
+	})
 }
 
 // poisonWorkerRole works jobs from the "jobs" group: it Nacks every

@@ -30,7 +30,8 @@ import (
 // after Close. Serialised with Group and with the group's own updates by
 // the ring's robust locks; a process killed in the middle leaves the
 // group either present or gone.
-func (r *Ring) DropGroup(name string) error {
+func (r *Ring) DropGroup(name string) (err error) {
+	defer catchFault(r.a, guard(), &err)
 	if r.closed() {
 		return ErrClosed
 	}

@@ -36,14 +36,18 @@ func (op settleOp) String() string { return [...]string{"ack", "nack", "extend"}
 // ErrInvalid for a group without WithAck; ErrClosed after Close. Safe for
 // concurrent use by goroutines and processes: updates are serialised by
 // the group's robust lock, which a member killed holding it passes on.
-func (g *Group) Ack(recs ...Record) error { return g.settle(opAck, 0, recs) }
+func (g *Group) Ack(recs ...Record) (err error) {
+	defer catchFault(g.r.a, guard(), &err)
+	return g.settle(opAck, 0, recs)
+}
 
 // Nack gives a record this member claimed back to an acking group, to be
 // delivered again (to any member, Deliveries one higher) by a Claim made
 // delay or more from now (wall clock; delay <= 0: at once). A record at
 // its WithMaxDeliveries limit is dead-lettered by that Claim instead.
 // Errors as Ack.
-func (g *Group) Nack(rec Record, delay time.Duration) error {
+func (g *Group) Nack(rec Record, delay time.Duration) (err error) {
+	defer catchFault(g.r.a, guard(), &err)
 	return g.settle(opNack, delay, []Record{rec})
 }
 
@@ -51,7 +55,8 @@ func (g *Group) Nack(rec Record, delay time.Duration) error {
 // (wall clock; d > 0), for work that takes longer than the group's lease.
 // It is not a delivery: Deliveries does not change. Errors as Ack, and
 // ErrInvalid for d <= 0.
-func (g *Group) Extend(rec Record, d time.Duration) error {
+func (g *Group) Extend(rec Record, d time.Duration) (err error) {
+	defer catchFault(g.r.a, guard(), &err)
 	if d <= 0 {
 		return fmt.Errorf("shmarena: ring %s: group %s: %w: extend by %v", quote(g.r.name), quote(g.name), ErrInvalid, d)
 	}
@@ -90,14 +95,14 @@ func (g *Group) settle(op settleOp, d time.Duration, recs []Record) error {
 // claim goes ahead); ErrInvalid for a group without WithAck and ErrClosed
 // after Close, with nothing acked or claimed. Safe for concurrent use by
 // goroutines and processes, as Ack and Claim are.
-func (g *Group) AckAndClaim(done []Record, max int) ([]Record, error) {
+func (g *Group) AckAndClaim(done []Record, max int) (recs []Record, err error) {
+	defer catchFault(g.r.a, guard(), &err)
 	if err := g.settleable(opAck); err != nil {
 		return done[:0], err
 	}
 	if !g.lockAck() {
 		return done[:0], g.errUnlockable()
 	}
-	var err error
 	if len(done) > 0 {
 		err = g.settleLocked(opAck, 0, done)
 	}

@@ -28,7 +28,7 @@ func TestGroupClaimStress(t *testing.T) {
 			g0, err := r.Group("g", opts...)
 			require.NoError(t, err)
 			start := g0.Position()
-			const N = 200000
+			N := raceScaled(200000)
 			var seen sync.Map
 			var got, dups, bad, over atomic.Int64
 			var done atomic.Bool

@@ -181,7 +181,8 @@ func init() {
 // exists with another shape or kind, ErrArenaFull when there is no room,
 // ErrClosed after Close. Safe for concurrent use; carving is serialised
 // across processes by the file lock.
-func (a *Arena) Map(name string, opts ...RegionOption) (*Map, error) {
+func (a *Arena) Map(name string, opts ...RegionOption) (_ *Map, err error) {
+	defer catchFault(a, guard(), &err)
 	return a.openMap(name, false, opts)
 }
 
@@ -371,6 +372,7 @@ func (m *Map) MaxPair() int { return m.maxPair }
 // it costs a load per stripe and, under concurrent writes, may be off by
 // the writes in flight.
 func (m *Map) Len() int {
+	defer catchFault(m.a, guard(), nil)
 	if m.a.closed.Load() {
 		return 0
 	}
@@ -412,6 +414,7 @@ func (m *Map) used(s uint64) uint64 { return mem.Load64(m.mem, m.lockOff(s)+stUs
 
 // Stats returns the map's shared counters; zero after Close.
 func (m *Map) Stats() MapStats {
+	defer catchFault(m.a, guard(), nil)
 	if m.a.closed.Load() {
 		return MapStats{}
 	}

@@ -14,6 +14,7 @@ import (
 // may or may not survive it. After Close, and on a handle opened
 // ReadOnly, it does nothing.
 func (m *Map) Clear() {
+	defer catchFault(m.a, guard(), nil)
 	for s := uint64(0); s < m.stripes; s++ {
 		if !m.lock(s) {
 			return

@@ -23,6 +23,7 @@ import (
 // takes the key's stripe lock. An Add racing with Close either takes
 // effect in the file or returns ErrClosed.
 func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err error) {
+	defer catchFault(m.a, guard(), &err)
 	if err := m.refuse("add"); err != nil {
 		return 0, err
 	}
@@ -171,6 +172,7 @@ const addRetries = 16
 // is absent, lapsed, holds another kind of value, or the map is typed.
 // Lock-free: one consistent read of the slot.
 func (m *Map) Counter(key string) (int64, bool) {
+	defer catchFault(m.a, guard(), nil)
 	if m.encoded || key == "" || m.a.closed.Load() {
 		return 0, false
 	}

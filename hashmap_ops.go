@@ -18,7 +18,8 @@ import (
 // MaxPair), ErrFull (new key, no free slot; counted in Stats.Full),
 // ErrClosed; ErrLockLost (see there). A refused write changes nothing. The
 // value is copied.
-func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
+func (m *Map) Store(key string, value []byte, opts ...WriteOption) (err error) {
+	defer catchFault(m.a, guard(), &err)
 	if err := m.refuse("store"); err != nil {
 		return err
 	}
@@ -33,7 +34,7 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) error {
 	}
 	// No defer: nothing under the lock calls out of the package, and
 	// Store is the hottest write.
-	err := m.storeLocked(s, key, h, value, c, nil)
+	err = m.storeLocked(s, key, h, value, c, nil)
 	if !m.unlock(s) && err == nil {
 		err = m.errLockLost(s)
 	}
@@ -72,6 +73,7 @@ func (m *Map) Load(key string) ([]byte, bool) {
 // true; on a miss it returns dst unchanged and false. It allocates only if
 // dst lacks capacity. Lock-free; the same misses as Load.
 func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
+	defer catchFault(m.a, guard(), nil)
 	if key == "" || m.a.closed.Load() {
 		return dst, false
 	}
@@ -82,6 +84,7 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 
 // Exists reports whether key is present and not lapsed. Lock-free.
 func (m *Map) Exists(key string) bool {
+	defer catchFault(m.a, guard(), nil)
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
@@ -93,6 +96,7 @@ func (m *Map) Exists(key string) bool {
 // Delete removes key and reports whether it was present (a lapsed entry is
 // collected but reports false). False after Close.
 func (m *Map) Delete(key string) bool {
+	defer catchFault(m.a, guard(), nil)
 	if m.a.readOnly {
 		return false
 	}
@@ -103,6 +107,7 @@ func (m *Map) Delete(key string) bool {
 // LoadAndDelete removes key and returns the value it had, as sync.Map's
 // LoadAndDelete does.
 func (m *Map) LoadAndDelete(key string) (value []byte, loaded bool) {
+	defer catchFault(m.a, guard(), nil)
 	if m.a.readOnly {
 		return nil, false
 	}
@@ -143,6 +148,7 @@ func (m *Map) loadAndDelete(key string, load bool) (value []byte, loaded bool) {
 // else stores value with opts and returns it (loaded false), as sync.Map's
 // LoadOrStore does. Errors as for Store; on error nothing changes.
 func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual []byte, loaded bool, err error) {
+	defer catchFault(m.a, guard(), &err)
 	if err := m.refuse("load or store"); err != nil {
 		return nil, false, err
 	}
@@ -168,6 +174,7 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 // Swap stores value for key and returns the previous value, if any, as
 // sync.Map's Swap does. Options and errors as for Store.
 func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []byte, loaded bool, err error) {
+	defer catchFault(m.a, guard(), &err)
 	if err := m.refuse("swap"); err != nil {
 		return nil, false, err
 	}
@@ -192,6 +199,7 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 // and stops being a counter when swapped. Errors: ErrTooLarge for new,
 // ErrEmptyKey, ErrClosed, ErrLockLost.
 func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err error) {
+	defer catchFault(m.a, guard(), &err)
 	if err := m.refuse("compare and swap"); err != nil {
 		return false, err
 	}
@@ -228,6 +236,7 @@ var brokenCompareAndSwap func(m *Map, key string, old, new []byte) (bool, error)
 // CompareAndDelete deletes key if its value equals old and reports
 // whether it did. False after Close.
 func (m *Map) CompareAndDelete(key string, old []byte) (deleted bool) {
+	defer catchFault(m.a, guard(), nil)
 	if m.a.readOnly {
 		return false
 	}
@@ -307,6 +316,7 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 // Redis PERSIST does) and reports whether the key was present. A lapsed
 // entry is collected (counted in Stats.Expired) and reports false.
 func (m *Map) Expire(key string, ttl time.Duration) bool {
+	defer catchFault(m.a, guard(), nil)
 	if m.a.readOnly {
 		return false
 	}
@@ -352,6 +362,7 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 // TTL returns how long key has left and true; 0 and true for a key with
 // no deadline; 0 and false when absent. Lock-free.
 func (m *Map) TTL(key string) (time.Duration, bool) {
+	defer catchFault(m.a, guard(), nil)
 	if key == "" || m.a.closed.Load() {
 		return 0, false
 	}
@@ -375,6 +386,7 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 // neither skipped nor seen twice. Empty after Close.
 func (m *Map) All() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
+		defer catchFault(m.a, guard(), nil)
 		m.walk(func(key string, _ int, _ uint64) bool {
 			_, val, ok := m.readKey(key, m.hashKey(key), []byte{}, true)
 			return !ok || yield(key, val)
@@ -385,6 +397,7 @@ func (m *Map) All() iter.Seq2[string, []byte] {
 // Keys returns an iterator over the live keys, with All's rules.
 func (m *Map) Keys() iter.Seq[string] {
 	return func(yield func(string) bool) {
+		defer catchFault(m.a, guard(), nil)
 		m.walk(func(key string, off int, meta uint64) bool { return yield(key) })
 	}
 }

@@ -3,9 +3,11 @@ package shmarena
 import (
 	"fmt"
 	"runtime"
+	"slices"
 
 	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/shmarena/shmarena/internal/mem"
+	"github.com/shmarena/shmarena/internal/owner"
 	rl "github.com/shmarena/shmarena/internal/ringlayout"
 	"github.com/shmarena/shmarena/internal/rlock"
 )
@@ -21,7 +23,10 @@ type LockInfo struct {
 	// "group table" (a ring's), or "group \"name\"" (an acking group's).
 	Lock string
 	// Owner is the holder's token (process-table entry and generation);
-	// Pid the pid it recorded (0 when its entry was taken again since).
+	// Pid the pid it recorded (0 when its entry was taken again since),
+	// or, for a live holder whose recorded pid no longer holds its entry
+	// (it forked without exec and exited), the pid that does, as
+	// ProcessInfo.Holders finds it.
 	Owner uint64
 	Pid   int
 	// Alive is the kernel's word on the holder (see the package
@@ -45,11 +50,18 @@ type lockRef struct {
 // call it). The list is a snapshot: locks are taken and released all the
 // time, so a lock held by a live process seldom shows. ErrClosed after
 // Close.
-func (a *Arena) Locks() ([]LockInfo, error) {
+func (a *Arena) Locks() (_ []LockInfo, err error) {
+	defer catchFault(a, guard(), &err)
 	refs, err := a.lockRefs()
 	out := make([]LockInfo, 0, len(refs))
 	for _, r := range refs {
-		out = append(out, r.info)
+		info := r.info
+		if i, _ := owner.Split(info.Owner); info.Alive && info.Pid != 0 && i >= 0 {
+			if pids := a.own.Holders(i); len(pids) > 0 && !slices.Contains(pids, info.Pid) {
+				info.Pid = pids[0] // the recorded pid forked and exited: name the child
+			}
+		}
+		out = append(out, info)
 	}
 	return out, err
 }
@@ -60,7 +72,8 @@ func (a *Arena) Locks() ([]LockInfo, error) {
 // update is finished), exactly as the next process to need each lock
 // would. It returns the locks it took over. Errors: ErrReadOnly on a
 // read-only handle, ErrClosed.
-func (a *Arena) RecoverLocks() ([]LockInfo, error) {
+func (a *Arena) RecoverLocks() (_ []LockInfo, err error) {
+	defer catchFault(a, guard(), &err)
 	if err := a.refuse("arena "+quote(describePath(a.path)), "recover locks"); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/shmarena/shmarena/internal/layout"
@@ -45,4 +47,66 @@ func TestOpenErrorsNameTheFix(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 	assert.Equal(t, unix.EIO, openError(p, unix.EIO), "other errors pass through")
+}
+
+func init() {
+	// dropped-worker drops to uid/gid 65534, as a pre-forked worker
+	// of a privileged master does, and attaches to the arena it was passed
+	// as fd 3, then stores a key.
+	childRoles["dropped-worker"] = func() error {
+		if err := syscall.Setgid(65534); err != nil {
+			return err
+		}
+		if err := syscall.Setuid(65534); err != nil {
+			return err
+		}
+		a, err := OpenFile(os.NewFile(3, "arena"))
+		if err != nil {
+			return err
+		}
+		defer a.Close()
+		m, err := a.Map("m", WithSlots(64))
+		if err != nil {
+			return err
+		}
+		return m.Store("worker", []byte("was here"))
+	}
+}
+
+// A worker passed the arena's descriptor that may not open the file itself
+// (a privilege-dropped worker of a master that created the arena with the
+// default mode 0600) cannot attach: every handle needs an open file
+// description of its own, or its liveness would be shared with its
+// sender's. The error says so and names the fix; with the fix (a mode the
+// worker may open) it attaches.
+func TestOpenFileWorkerWithoutOpenPermission(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop a worker's privileges")
+	}
+	for _, mode := range []os.FileMode{0o600, 0o666} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.Chmod(dir, 0o755))
+			a, err := Open(filepath.Join(dir, "arena"), WithSize(1<<20), WithMode(mode))
+			require.NoError(t, err)
+			defer a.Close()
+			m, err := a.Map("m", WithSlots(64))
+			require.NoError(t, err)
+			cmd := child(t, "dropped-worker")
+			cmd.ExtraFiles = []*os.File{a.File()}
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err = cmd.Run()
+			if mode == 0o600 {
+				require.Error(t, err, "the worker attached without a description of its own")
+				require.Contains(t, stderr.String(), "may not open the arena file itself")
+				require.Contains(t, stderr.String(), "WithMode")
+				return
+			}
+			require.NoError(t, err, "worker: %s", stderr.String())
+			v, ok := m.Load("worker")
+			require.True(t, ok)
+			require.Equal(t, "was here", string(v))
+		})
+	}
 }

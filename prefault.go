@@ -59,7 +59,8 @@ var prefaultPopulate = true
 // runs (it stops within one 2 MiB step of Close), and an error wrapping
 // the operating system's when madvise fails for another reason than
 // lacking the advice. Safe for concurrent use; Close waits for it.
-func (a *Arena) Prefault() (time.Duration, error) {
+func (a *Arena) Prefault() (_ time.Duration, err error) {
+	defer catchFault(a, guard(), &err)
 	start := time.Now()
 	if !a.enter(0) {
 		return 0, ErrClosed

@@ -98,8 +98,10 @@ func newReadOnlyArena(f *os.File, path string, b []byte) (*Arena, error) {
 		_ = mapping.Unmap(b)
 		return nil, fmt.Errorf("shmarena: open %s: %w", describePath(path), reopenError(err))
 	}
-	return &Arena{f: f, path: path, mem: b, own: owner.Observe(b, fd), readOnly: true,
-		seed: layout.ReadHeader(b).Seed}, nil
+	a := &Arena{f: f, path: path, mem: b, own: owner.Observe(b, fd), readOnly: true,
+		seed: layout.ReadHeader(b).Seed}
+	a.identify()
+	return a, nil
 }
 
 // lookupRegion is region for a read-only handle: it finds the region
@@ -111,7 +113,7 @@ func (a *Arena) lookupRegion(spec regionSpec) (layout.Entry, error) {
 	h := layout.ReadHeader(a.mem)
 	for i := 0; i < layout.DirEntries; i++ {
 		if e := layout.ReadEntry(a.mem, i); e.State == layout.EntryReady && e.Name == spec.name {
-			return e, spec.sameShape(e, h.NextFree, int64(len(a.mem)))
+			return e, withAttached(spec.sameShape(e, h.NextFree, int64(len(a.mem))), a.attached, false)
 		}
 	}
 	return layout.Entry{}, fmt.Errorf("shmarena: region %s: %w: it does not exist, and a read-only handle creates nothing (open the arena without ReadOnly to create it)",

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -255,4 +257,176 @@ func TestReadOnlyEvictingMapWritesNothing(t *testing.T) {
 	require.Equal(t, m.Len(), mr.Len(), "Clear on a read-only handle does nothing")
 	require.Positive(t, mr.Len())
 	require.Equal(t, before, fileHash(t, path), "a read-only handle wrote to the file")
+}
+
+func init() {
+	// region-churner churns every kind of region until killed, printing
+	// nothing; it sets up the regions and groups itself.
+	childRoles["region-churner"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		ev, pl, tm, r, err := churnedRegions(a)
+		if err != nil {
+			return err
+		}
+		g, err := r.Group("audit", WithTopic("t"))
+		if err != nil {
+			return err
+		}
+		q, err := r.Group("mailer", WithAck(time.Minute))
+		if err != nil {
+			return err
+		}
+		rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
+		for n := 0; ; n++ {
+			k := strconv.Itoa(rng.IntN(20000))
+			switch rng.IntN(10) {
+			case 0, 1, 2:
+				if err := ev.Store("e"+k, []byte("value-"+k), WithTTL(time.Duration(1+rng.IntN(50))*time.Millisecond)); err != nil {
+					return err
+				}
+			case 3:
+				ev.Delete("e" + k)
+			case 4:
+				if _, err := ev.Add("c"+strconv.Itoa(rng.IntN(300)), 1); err != nil {
+					return err
+				}
+			case 5:
+				_ = pl.Store("p"+strconv.Itoa(rng.IntN(6000)), []byte("v"+k))
+				pl.Delete("p" + strconv.Itoa(rng.IntN(6000)))
+			case 6:
+				if err := tm.Store("r"+k, testRoute{"10.0.0." + k, n}); err != nil {
+					return err
+				}
+			case 7:
+				if _, err := tm.Update("r"+strconv.Itoa(rng.IntN(2000)), func(o testRoute, _ bool) (testRoute, bool) { o.Weight++; return o, true }); err != nil {
+					return err
+				}
+			case 8:
+				_, _ = r.Publish("t", []byte("rec "+k))
+			case 9:
+				g.Claim(4)
+				if recs := q.Claim(4); len(recs) > 1 {
+					_ = q.Ack(recs[1:]...)
+				}
+			}
+		}
+	}
+}
+
+// churnedRegions opens (or creates) the regions region-churner churns.
+func churnedRegions(a *Arena) (ev, pl *Map, tm *TypedMap[testRoute], r *Ring, err error) {
+	if ev, err = a.Map("cache", WithSlots(8192), WithSlotSize(128), WithEviction()); err != nil {
+		return
+	}
+	if pl, err = a.Map("plain", WithSlots(8193), WithSlotSize(128)); err != nil {
+		return
+	}
+	if tm, err = OpenTypedMap[testRoute](a, "routes", WithSlots(1024), WithEviction()); err != nil {
+		return
+	}
+	r, err = a.Ring("events", WithSlots(256), WithSlotSize(128), WithMaxInFlight(8))
+	return
+}
+
+// readEveryRegion calls every read method of a read-only handle on the
+// churned regions and checks every write is refused with ErrReadOnly.
+func readEveryRegion(t *testing.T, ro *Arena) {
+	ev, pl, tm, r, err := churnedRegions(ro)
+	require.NoError(t, err)
+	for _, m := range []*Map{ev, pl, tm.Bytes()} {
+		for i := range 300 / raceSlowdown {
+			k := strconv.Itoa(i)
+			m.Load("e" + k)
+			m.Exists("p" + k)
+			m.Counter("c" + k)
+			m.TTL("e" + k)
+			m.AppendLoad(nil, "r"+k)
+		}
+		n := 0
+		for range m.All() {
+			n++
+		}
+		for range m.Keys() {
+			n++
+		}
+		_ = m.Stats()
+		_ = m.Len()
+		m.Clear() // does nothing on a read-only handle
+		require.ErrorIs(t, m.Store("x", []byte("y")), ErrReadOnly)
+		_, err := m.Add("c1", 1)
+		require.ErrorIs(t, err, ErrReadOnly)
+		_, _, err = m.LoadOrStore("x", []byte("y"))
+		require.ErrorIs(t, err, ErrReadOnly)
+		assert.False(t, m.Delete("e1"))
+		assert.False(t, m.Expire("e1", time.Second))
+	}
+	for i := range 100 {
+		_, _, _ = tm.Load("r" + strconv.Itoa(i))
+	}
+	for range tm.All() {
+	}
+	_, err = tm.Update("r1", func(o testRoute, _ bool) (testRoute, bool) { return o, true })
+	require.ErrorIs(t, err, ErrReadOnly)
+	_ = tm.Len()
+	_ = r.Stats()
+	_ = r.Groups()
+	_ = r.Head()
+	c := r.Cursor(FromStart())
+	c.Read(64)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	_ = c.Wait(ctx)
+	cancel()
+	_, err = r.Group("audit", WithTopic("t"))
+	require.ErrorIs(t, err, ErrReadOnly)
+	_, err = r.Publish("t", []byte("x"))
+	require.ErrorIs(t, err, ErrReadOnly)
+	_, err = ro.Check()
+	require.NoError(t, err)
+	_, err = ro.Locks()
+	require.NoError(t, err)
+	_, err = ro.Info()
+	require.NoError(t, err)
+	_, err = ro.Stats()
+	require.NoError(t, err)
+	_, err = ro.RecoverLocks()
+	require.ErrorIs(t, err, ErrReadOnly)
+}
+
+// A read-only handle reads every region while a writer churns them, and
+// after the writer is SIGKILLed mid-write reads them all again without
+// writing a byte (no repair, no use count, no collection).
+func TestReadOnlyAgainstKilledWriter(t *testing.T) {
+	a, path := tempArena(t, 16<<20)
+	_, _, _, _, err := churnedRegions(a)
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	for round := range 2 {
+		w := child(t, "region-churner", "SHMARENA_PATH="+path)
+		require.NoError(t, w.Start())
+		ro, err := Open(path, ReadOnly())
+		require.NoError(t, err)
+		ev, _, _, _, err := churnedRegions(ro)
+		require.NoError(t, err)
+		moved0 := ev.Stats().Moved
+		require.Eventually(t, func() bool { return ev.Stats().Moved > moved0+1000 }, hangBound, time.Millisecond,
+			"the writer churns the evicting map")
+		readEveryRegion(t, ro) // while the writer runs: no panic, no fault
+		time.Sleep(time.Duration(rand.IntN(40)) * time.Millisecond)
+		require.NoError(t, w.Process.Signal(syscall.SIGKILL))
+		_ = w.Wait()
+		before := fileHash(t, path)
+		func() {
+			defer func(d time.Duration) { oddPatience = d }(oddPatience)
+			oddPatience = 2 * time.Millisecond
+			readEveryRegion(t, ro)
+			fs, err := ro.Check()
+			require.NoError(t, err)
+			assert.Empty(t, fs, "round %d: Check after a SIGKILL", round)
+		}()
+		require.NoError(t, ro.Close())
+		require.Equal(t, before, fileHash(t, path), "round %d: a read-only handle wrote to the file", round)
+	}
 }

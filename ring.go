@@ -193,7 +193,8 @@ func ringShape(opts []RegionOption) (regionConfig, int64, error) {
 // the arena has no room; ErrCorrupt when the existing region is damaged;
 // ErrClosed after Close. Safe for concurrent use; creation is serialised
 // across processes by the arena's file lock.
-func (a *Arena) Ring(name string, opts ...RegionOption) (*Ring, error) {
+func (a *Arena) Ring(name string, opts ...RegionOption) (_ *Ring, err error) {
+	defer catchFault(a, guard(), &err)
 	if a.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -410,7 +411,8 @@ func (r *Ring) slotOff(seq uint64) int {
 // reader that finds it stuck, marks abandoned. Publish makes a system call
 // only when some reader is asleep in Wait. With no protected group the
 // room check is one load of a mask word.
-func (r *Ring) Publish(topic string, payload []byte) (uint64, error) {
+func (r *Ring) Publish(topic string, payload []byte) (_ uint64, err error) {
+	defer catchFault(r.a, guard(), &err)
 	if r.closed() {
 		return 0, ErrClosed
 	}
@@ -540,6 +542,7 @@ func (r *Ring) repair() {
 // position equals Head has read everything. It returns 0 after Close.
 // Safe for concurrent use; the value may be stale as soon as it returns.
 func (r *Ring) Head() uint64 {
+	defer catchFault(r.a, guard(), nil)
 	if r.closed() {
 		return 0
 	}
@@ -551,6 +554,7 @@ func (r *Ring) Head() uint64 {
 // Stats returns the ring's counters (the zero RingStats after Close).
 // Each field is read atomically; together they are a near-snapshot.
 func (r *Ring) Stats() RingStats {
+	defer catchFault(r.a, guard(), nil)
 	if r.closed() {
 		return RingStats{}
 	}

@@ -189,7 +189,8 @@ func (r *Ring) roomFreed() {
 // an error wrapping both ErrRingFull and ctx.Err() (nothing published);
 // ErrClosed when the arena closes. Safe for concurrent use by goroutines
 // and processes; waiting producers publish in no particular order.
-func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (uint64, error) {
+func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (_ uint64, err error) {
+	defer catchFault(r.a, guard(), &err)
 	if err := r.refuse("publish"); err != nil {
 		return 0, err
 	}

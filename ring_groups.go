@@ -12,6 +12,7 @@ import (
 // 0: it counts one process's claims). It reads only: it joins no group,
 // so it works on a read-only handle and disturbs nobody. Nil after Close.
 func (r *Ring) Groups() []GroupStats {
+	defer catchFault(r.a, guard(), nil)
 	if r.closed() {
 		return nil
 	}

@@ -415,8 +415,8 @@ func TestWakeupPingPong(t *testing.T) {
 	slices.Sort(waits)
 	t.Logf("%d round trips in %v: median %v, p99 %v, max %v; child's longest wait %v",
 		pingPongRounds, elapsed, waits[len(waits)/2], waits[len(waits)*99/100], waits[len(waits)-1], childWorst)
-	assert.Less(t, waits[len(waits)-1], time.Second*raceSlowdown)
-	assert.Less(t, childWorst, time.Second*raceSlowdown)
+	assert.Less(t, waits[len(waits)-1], hangBound)
+	assert.Less(t, childWorst, hangBound)
 	assert.Equal(t, CursorStats{Position: pingPongRounds + 2, Delivered: pingPongRounds + 1}, pc.Stats())
 }
 
@@ -497,8 +497,8 @@ func TestCrashMidPublish(t *testing.T) {
 	}
 	groupPassed := time.Since(killed)
 	t.Logf("cursor passed the hole %v after the kill, group %v", cursorPassed, groupPassed)
-	assert.Less(t, cursorPassed, time.Second*raceSlowdown)
-	assert.Less(t, groupPassed, time.Second*raceSlowdown)
+	assert.Less(t, cursorPassed, hangBound)
+	assert.Less(t, groupPassed, hangBound)
 	assert.Equal(t, []uint64{1}, got)
 	assert.Equal(t, []uint64{1}, claimed)
 	assert.Equal(t, uint64(1), r.Stats().Abandoned)

@@ -36,7 +36,7 @@ const (
 	swPerPhase = 2000                  // writes measured in one phase, at most
 	swBudget   = 20 * time.Millisecond // and for at most this long
 	swBlocked  = 10 * time.Millisecond // how long B has waited when it is stopped
-	swTimeout  = 10 * time.Second      // for each handshake with B
+	swTimeout  = hangBound             // for each handshake with B
 )
 
 const (

@@ -9,7 +9,7 @@ import (
 	"github.com/shmarena/shmarena/bench/sim"
 )
 
-// TestHitRatioShort is the CI check of issue 13's hit-ratio target, on a
+// TestHitRatioShort is the CI check of the evicting map's hit-ratio target, on a
 // small Zipf 1.0 trace (20,000 keys, 200,000 requests, a few seconds): an
 // evicting Map of C slots beats an exact LRU of C entries, and scores
 // what its simulated model (sim.MapModel: S3-FIFO moving an entry read
@@ -39,7 +39,7 @@ func TestHitRatioShort(t *testing.T) {
 	}
 }
 
-// TestHitRatio is issue 13's full hit-ratio benchmark: four traces of
+// TestHitRatio is the evicting map's full hit-ratio benchmark: four traces of
 // 5,000,000 requests over 1,000,000 keys at C = 0.1%, 1% and 10% of the
 // keys; it checks both targets (the map beats exact LRU; it is within 2
 // points of the S3-FIFO reference) at every point, and logs the tables of

@@ -19,6 +19,9 @@
 // Metrics (region and, for groups, group labels; counters end in _total):
 //
 //	shmarena_size_bytes, shmarena_used_bytes, shmarena_processes      gauges
+//	shmarena_file_removed, shmarena_file_truncated   gauges, 1 when the file was
+//	                                      removed or replaced at its path, or
+//	                                      shrunk under the arena (alert on them)
 //	shmarena_map_<field>                  a MapStats field: ints are gauges
 //	                                      (used, capacity, ...), uint64s are
 //	                                      counters (busy_total, full_total,
@@ -46,12 +49,13 @@ import (
 type Collector struct {
 	a *shmarena.Arena
 
-	size, used, procs *prometheus.Desc
-	probe             *prometheus.Desc
-	mapFields         []field
-	ringFields        []field
-	groups            []groupMetric
-	errors            *prometheus.Desc
+	size, used, procs  *prometheus.Desc
+	removed, truncated *prometheus.Desc
+	probe              *prometheus.Desc
+	mapFields          []field
+	ringFields         []field
+	groups             []groupMetric
+	errors             *prometheus.Desc
 }
 
 // field is one numeric field of a Stats struct and its metric.
@@ -73,11 +77,15 @@ type groupMetric struct {
 // else.
 func NewCollector(a *shmarena.Arena) *Collector {
 	c := &Collector{
-		a:      a,
-		size:   prometheus.NewDesc("shmarena_size_bytes", "The arena file's size.", nil, nil),
-		used:   prometheus.NewDesc("shmarena_used_bytes", "Bytes carved into regions, the header included.", nil, nil),
-		procs:  prometheus.NewDesc("shmarena_processes", "Handles attached to the arena (read-only ones not counted).", nil, nil),
-		probe:  prometheus.NewDesc("shmarena_map_longest_probe_slots", "Longest distance any insert went from a key's home slot.", []string{"region"}, nil),
+		a:     a,
+		size:  prometheus.NewDesc("shmarena_size_bytes", "The arena file's size.", nil, nil),
+		used:  prometheus.NewDesc("shmarena_used_bytes", "Bytes carved into regions, the header included.", nil, nil),
+		procs: prometheus.NewDesc("shmarena_processes", "Handles attached to the arena (read-only ones not counted).", nil, nil),
+		probe: prometheus.NewDesc("shmarena_map_longest_probe_slots", "Longest distance any insert went from a key's home slot.", []string{"region"}, nil),
+		removed: prometheus.NewDesc("shmarena_file_removed", "1 when the arena's file was removed, or its path names another file now: "+
+			"processes still attached share no data with those that open the path (Stats.Removed).", nil, nil),
+		truncated: prometheus.NewDesc("shmarena_file_truncated", "1 when another process shrank the arena's file: its regions are gone "+
+			"(Stats.Truncated).", nil, nil),
 		errors: prometheus.NewDesc("shmarena_scrape_errors", "1 when the last scrape could not read every region (a closed arena, a damaged ring).", nil, nil),
 	}
 	c.mapFields = fields("shmarena_map_", reflect.TypeFor[shmarena.MapStats](), []string{"region"})
@@ -153,7 +161,7 @@ func snake(s string) string {
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.size, c.used, c.procs, c.probe, c.errors} {
+	for _, d := range []*prometheus.Desc{c.size, c.used, c.procs, c.probe, c.errors, c.removed, c.truncated} {
 		ch <- d
 	}
 	for _, f := range append(append([]field(nil), c.mapFields...), c.ringFields...) {
@@ -172,6 +180,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, failed)
+	if err == nil || st.Truncated {
+		ch <- prometheus.MustNewConstMetric(c.removed, prometheus.GaugeValue, flag(st.Removed))
+		ch <- prometheus.MustNewConstMetric(c.truncated, prometheus.GaugeValue, flag(st.Truncated))
+	}
 	if err != nil && len(st.Regions) == 0 {
 		return
 	}
@@ -192,6 +204,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+}
+
+func flag(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func emit(ch chan<- prometheus.Metric, fs []field, v reflect.Value, region string) {

@@ -9,7 +9,7 @@ import (
 	"github.com/shmarena/shmarena"
 )
 
-// FullSpecs are issue 13's traces: 1,000,000 keys, 5,000,000 requests,
+// FullSpecs are the hit-ratio benchmark's traces: 1,000,000 keys, 5,000,000 requests,
 // the first 20% warm-up.
 func FullSpecs() []Spec {
 	base := Spec{Keys: 1_000_000, Requests: 5_000_000, WarmupFrac: 0.2}
@@ -120,7 +120,7 @@ func Measure(specs []Spec, sizes []int, log io.Writer) ([]Row, error) {
 	return rows, nil
 }
 
-// Target tolerances of issue 13: the map beats exact LRU, and is within
+// Target tolerances of the hit-ratio benchmark: the map beats exact LRU, and is within
 // this many points of hit ratio of the S3-FIFO reference.
 const S3Tolerance = 0.02
 
@@ -174,7 +174,7 @@ func verdict(m float64, r Row) string {
 }
 
 // WhatIf is one trace at one size C under a change to the map's policy
-// that issue 13 could still make, simulated on the map's model
+// that could still be made, simulated on the map's model
 // (MapModel, ghost included).
 type WhatIf struct {
 	Trace     string

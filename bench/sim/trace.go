@@ -1,4 +1,4 @@
-// Package sim holds the hit-ratio benchmark of issue 13: reference cache
+// Package sim holds the hit-ratio benchmark of the evicting map: reference cache
 // simulators (exact LRU and S3-FIFO as libCacheSim implements it), the
 // synthetic request traces they and shmarena's evicting Map are run on,
 // and the driver that runs one against the other.

@@ -35,6 +35,9 @@ func runInfo(e *env, fs *flag.FlagSet, args []string) error {
 	t.row("  carved", fmt.Sprintf("%s (%s), %s free", bytesText(in.Used), percent(in.Used, in.Size), bytesText(in.Size-in.Used)))
 	t.row("  created", ago(in.Created, now))
 	t.row("  boot", in.BootID)
+	if in.Removed {
+		t.row("  file", removedText)
+	}
 	t.flush()
 	fmt.Fprintf(w, "\nregions (%d of %d)\n", len(in.Regions), shmarena.MaxRegions)
 	t = newTable(w)
@@ -58,6 +61,10 @@ func runInfo(e *env, fs *flag.FlagSet, args []string) error {
 	t.flush()
 	return nil
 }
+
+// removedText warns that the file watched was removed or replaced.
+const removedText = "REMOVED: the file was removed, or its path names another file now; processes still attached " +
+	"share no data with those that open the path (see docs/lifecycle.md)"
 
 func yesNo(b bool) string {
 	if b {
@@ -196,6 +203,9 @@ func findRegion(st shmarena.ArenaStats, name string) *shmarena.RegionStats {
 func printStats(e *env, cur sample, prev *sample) {
 	w := e.stdout
 	fmt.Fprintf(w, "arena: %s of %s carved, %d processes attached\n", bytesText(cur.st.Used), bytesText(cur.st.Size), cur.st.Processes)
+	if cur.st.Removed {
+		fmt.Fprintln(w, removedText)
+	}
 	for _, r := range cur.st.Regions {
 		if r.Map == nil && r.Ring == nil {
 			continue // a typed map's value-type record: no counters

@@ -137,6 +137,10 @@ func TestRatelimit(t *testing.T) {
 	})
 }
 
+// hangBound is how long the test waits for the program before it calls it
+// a hang: seconds of margin on a quiet machine, and enough for a busy one.
+const hangBound = time.Minute
+
 func run(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
 	var out bytes.Buffer
@@ -196,7 +200,7 @@ func start(t *testing.T, bin string, args ...string) *proc {
 // noting worker pids on the way.
 func (p *proc) waitFor(t *testing.T, re *regexp.Regexp) string {
 	t.Helper()
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(hangBound)
 	for {
 		select {
 		case line, ok := <-p.lines:
@@ -212,15 +216,16 @@ func (p *proc) waitFor(t *testing.T, re *regexp.Regexp) string {
 				return m[1]
 			}
 		case <-deadline:
-			t.Fatalf("no %q after 15s:\n%s", re, p.out.String())
+			t.Fatalf("no %q after %v:\n%s", re, hangBound, p.out.String())
 		}
 	}
 }
 
-// wait drains stdout, waits for exit (at most 15s) and returns the status.
+// wait drains stdout, waits for exit (at most hangBound) and returns the
+// status.
 func (p *proc) wait(t *testing.T) int {
 	t.Helper()
-	timer := time.AfterFunc(15*time.Second, func() { _ = p.cmd.Process.Kill() })
+	timer := time.AfterFunc(hangBound, func() { _ = p.cmd.Process.Kill() })
 	defer timer.Stop()
 	for line := range p.lines {
 		p.out.WriteString(line + "\n")
@@ -244,10 +249,11 @@ func get(t *testing.T, url, client string) *http.Response {
 	return resp
 }
 
-// waitGone waits up to 10s for pid to exit (gone, or a zombie nobody reaped).
+// waitGone waits up to hangBound for pid to exit (gone, or a zombie nobody
+// reaped).
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(hangBound); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			return
@@ -256,5 +262,5 @@ func waitGone(t *testing.T, pid int) {
 			return
 		}
 	}
-	t.Errorf("worker pid %d still running 10s after its supervisor ended", pid)
+	t.Errorf("worker pid %d still running %v after its supervisor ended", pid, hangBound)
 }

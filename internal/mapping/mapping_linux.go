@@ -173,3 +173,13 @@ func (c *counts) add(n int, bytes int64) {
 	c.lowN = min(c.lowN, c.n)
 	c.lowBytes = min(c.lowBytes, c.bytes)
 }
+
+// Contains reports whether addr lies inside the mapping b (or the range it
+// occupied): for telling a fault on an arena's mapping from another.
+func Contains(b []byte, addr uintptr) bool {
+	if len(b) == 0 {
+		return false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return addr >= base && addr-base < uintptr(len(b))
+}

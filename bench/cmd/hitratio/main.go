@@ -1,7 +1,7 @@
-// Command hitratio measures issue 13's hit ratios: shmarena's evicting
+// Command hitratio measures the evicting map's hit ratios: shmarena's evicting
 // Map against an exact LRU and an S3-FIFO reference simulator on Zipf,
 // one-hit-wonder and scan traces, and prints the tables of results.md's
-// "Hit ratio (issue 13)" section to standard output (progress goes to
+// "Hit ratio" section to standard output (progress goes to
 // standard error). About five minutes; -short takes a few seconds;
 // -whatif simulates a policy change (15/16 of the slots live) on the
 // map's model instead (no Map runs).

@@ -48,7 +48,7 @@ func freshArena(t *testing.T, slots int) string {
 
 // dump | load of an evicting map of one segment and of an evicting typed
 // map into a fresh arena of the same shape keeps every entry.
-func TestReview3DumpLoadEvicting(t *testing.T) {
+func TestDumpLoadEvicting(t *testing.T) {
 	src, n := evictingArena(t, 4096)
 	dst := freshArena(t, 4096)
 	for _, m := range []string{"ev", "users"} {
@@ -78,7 +78,7 @@ func TestReview3DumpLoadEvicting(t *testing.T) {
 // segments differently, and a segment given more than 7/8 of its slots
 // evicts the excess, as the README says: every key is either loaded or
 // counted in the new map's Evicted.
-func TestReview3DumpLoadFullEvictingMapEvictsTheExcess(t *testing.T) {
+func TestDumpLoadFullEvictingMapEvictsTheExcess(t *testing.T) {
 	src, n := evictingArena(t, 8192)
 	dst := freshArena(t, 8192)
 	d := shm(t, "", "dump", src, "ev")
@@ -98,7 +98,7 @@ func TestReview3DumpLoadFullEvictingMapEvictsTheExcess(t *testing.T) {
 
 // clear on an evicting map while writer processes store into it: the
 // command succeeds, the writers go on, and check finds nothing.
-func TestReview3ClearWhileWriting(t *testing.T) {
+func TestClearWhileWriting(t *testing.T) {
 	path := makeArena(t)
 	startWriters(t, path, 2)
 	for range 5 {

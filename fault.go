@@ -1,0 +1,74 @@
+package shmarena
+
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/shmarena/shmarena/internal/mapping"
+)
+
+// This file: surviving an arena file truncated under its mapping.
+//
+// Another process that shrinks the file (truncate -s, ftruncate) takes the
+// pages past the new end away from every mapping of it, and an access to
+// them raises SIGBUS, which kills a Go program. Every public method that
+// touches the mapping therefore starts with the one line
+//
+//	defer catchFault(a, guard(), &err)
+//
+// (nil for a method that returns no error): for the length of the call the
+// goroutine panics on a fault instead of dying (debug.SetPanicOnFault), and
+// the deferred catchFault turns a fault on the arena's mapping into an
+// error wrapping ErrTruncated. A method that returns no error returns its
+// zero value (a miss); Check, Info and Stats say why from then on. A fault
+// elsewhere (a bug, or the caller's own function) panics on as before.
+
+// guard makes the calling goroutine panic on a memory fault rather than
+// crash, and returns whether it already did.
+func guard() bool { return debug.SetPanicOnFault(true) }
+
+// catchFault ends what guard began: it restores the goroutine's setting
+// and, when the call is unwinding from a fault on a's mapping, stops the
+// panic and stores the fault's error in *err (when err is not nil).
+func catchFault(a *Arena, was bool, err *error) {
+	debug.SetPanicOnFault(was)
+	if r := recover(); r != nil {
+		ferr := a.faultError(r)
+		if err != nil {
+			*err = ferr
+		}
+	}
+}
+
+// faultError returns the error for the panic value r of a fault on a's
+// mapping, recording it for Check, Info and Stats; anything else is
+// panicked again.
+func (a *Arena) faultError(r any) error {
+	f, ok := r.(interface{ Addr() uintptr })
+	if a == nil || !ok || !mapping.Contains(a.mem, f.Addr()) {
+		panic(r)
+	}
+	err := a.truncation()
+	if err == nil {
+		err = fmt.Errorf("shmarena: %s: memory fault reading the mapping, file size unknown: %w", describePath(a.path), ErrTruncated)
+	}
+	a.faulted.CompareAndSwap(nil, &err)
+	return err
+}
+
+// truncation returns an error wrapping ErrTruncated when the file is now
+// shorter than the mapping, else nil.
+func (a *Arena) truncation() error {
+	if fs := a.fileState(); fs.truncated {
+		return fs.err(a)
+	}
+	return nil
+}
+
+// faultedErr returns the first fault this handle met, or nil.
+func (a *Arena) faultedErr() error {
+	if p := a.faulted.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package shmarena
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// Another process shrinking a live arena's file takes the pages past its
+// new end away from every mapping: an access to them raises SIGBUS. A
+// worker must get ErrTruncated from the operation, not die.
+func TestTruncatedFileIsAnErrorNotSIGBUS(t *testing.T) {
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("m", WithSlots(4096), WithSlotSize(128), WithStripes(4))
+	require.NoError(t, err)
+	r, err := a.Ring("r", WithSlots(64), WithSlotSize(128))
+	require.NoError(t, err)
+	g, err := r.Group("g", WithAck(time.Minute))
+	require.NoError(t, err)
+	cur := r.Cursor(FromStart())
+	require.NoError(t, m.Store("k", []byte("v")))
+	_, err = r.Publish("t", []byte("p"))
+	require.NoError(t, err)
+
+	// A worker goroutine keeps writing and reading through the truncation.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	var workerErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if _, err := m.Add("ctr", 1); err != nil {
+				workerErr = err
+				return
+			}
+			m.Load("k")
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	out, err := exec.Command("truncate", "-s", "16384", path).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	wg.Wait()
+	require.ErrorIs(t, workerErr, ErrTruncated, "the worker's Add")
+
+	assert.ErrorIs(t, m.Store("k", []byte("w")), ErrTruncated)
+	_, err = m.Add("ctr", 1)
+	assert.ErrorIs(t, err, ErrTruncated)
+	_, _, err = m.Swap("k", []byte("x"))
+	assert.ErrorIs(t, err, ErrTruncated)
+	_, ok := m.Load("k")
+	assert.False(t, ok, "a miss")
+	assert.False(t, m.Exists("k"))
+	assert.False(t, m.Delete("k"))
+	assert.Zero(t, m.Len())
+	for range m.All() {
+		t.Fatal("a walk of a truncated map yields nothing")
+	}
+	_, err = r.Publish("t", []byte("p"))
+	assert.ErrorIs(t, err, ErrTruncated)
+	assert.Empty(t, g.Claim(4))
+	assert.Empty(t, cur.Read(4))
+	assert.ErrorIs(t, g.Ack(Record{Seq: 1}), ErrTruncated)
+
+	_, err = a.Check()
+	assert.ErrorIs(t, err, ErrTruncated)
+	in, err := a.Info()
+	assert.ErrorIs(t, err, ErrTruncated)
+	assert.True(t, in.Truncated)
+	assert.Contains(t, err.Error(), "16384 bytes")
+	st, err := a.Stats()
+	assert.ErrorIs(t, err, ErrTruncated)
+	assert.True(t, st.Truncated)
+
+	// Extending the file again brings zeros, not the regions back.
+	require.NoError(t, exec.Command("truncate", "-s", "4M", path).Run())
+	_, err = a.Check()
+	assert.ErrorIs(t, err, ErrTruncated, "a fault was met: the arena stays truncated")
+
+	done := make(chan error, 1)
+	go func() { done <- a.Close() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close hangs after a fault")
+	}
+}
+
+// An arena in anonymous memory cannot be shrunk or grown at all.
+func TestMemfdSealedAgainstResize(t *testing.T) {
+	a, err := OpenMemfd("sealed", WithSize(1<<20))
+	require.NoError(t, err)
+	defer a.Close()
+	fd := int(a.File().Fd())
+	for _, size := range []int64{16384, 0, 2 << 20} {
+		err := unix.Ftruncate(fd, size)
+		require.True(t, errors.Is(err, unix.EPERM), "ftruncate to %d: %v", size, err)
+	}
+	require.Error(t, unix.Fallocate(fd, 0, 0, 2<<20), "growing by fallocate")
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	require.NoError(t, err)
+	require.Equal(t, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL, seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL))
+	m, err := a.Map("m", WithSlots(64))
+	require.NoError(t, err)
+	require.NoError(t, m.Store("k", []byte("v")))
+}
