@@ -31,9 +31,11 @@ type report struct {
 	cells []cell
 	ring  []ringResult
 	lat   []latResult
-	touch *touchResult
-	scale *scaleResult
-	notes []string
+
+	redisWS *redisRatioResult
+	touch   *touchResult
+	scale   *scaleResult
+	notes   []string
 }
 
 func machineInfo() []string {
@@ -307,6 +309,10 @@ func (r *report) markdown() string {
 				fmtRatioRange(med, lo, hi), x.p50.Round(100*time.Nanosecond), x.p99.Round(100*time.Nanosecond))
 		}
 		w("\n")
+	}
+
+	if r.redisWS != nil {
+		w("%s", r.redisWS.markdown())
 	}
 
 	if len(r.lat) > 0 {
