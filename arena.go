@@ -46,6 +46,9 @@ type Arena struct {
 
 	retired *mapping.Retired // the mapping once Close replaced it (under mu)
 
+	usesMu sync.Mutex
+	usesBy map[int]*uses // each map's use counts, by use-table offset (see usesOf)
+
 	faulted atomic.Pointer[error] // the first fault met on the mapping (fault.go)
 	id      fileID                // which file was opened (lifecycle.go)
 
@@ -113,9 +116,11 @@ type RegionInfo struct {
 	// Slots and SlotSize (bytes, slot header included) of a map or ring.
 	Slots, SlotSize int
 	// Stripes is a map's number of write locks; Typed says it was made by
-	// OpenTypedMap (its values are msgpack encodings).
-	Stripes int  `json:",omitempty"`
-	Typed   bool `json:",omitempty"`
+	// OpenTypedMap (its values are msgpack encodings); Evicting that it
+	// was made WithEviction (a cache).
+	Stripes  int  `json:",omitempty"`
+	Typed    bool `json:",omitempty"`
+	Evicting bool `json:",omitempty"`
 	// MaxInFlight is a ring's pending-table capacity per group.
 	MaxInFlight int `json:",omitempty"`
 }

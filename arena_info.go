@@ -99,7 +99,7 @@ func regionInfo(e layout.Entry) RegionInfo {
 		Slots: int(e.Params[0]), SlotSize: int(e.Params[1])}
 	switch ri.Kind {
 	case KindMap:
-		ri.Stripes, ri.Typed = int(e.Params[2]), e.Params[3] != 0
+		ri.Stripes, ri.Typed, ri.Evicting = int(e.Params[2]), e.Params[3] != 0, e.Params[4] != 0
 	case KindRing:
 		ri.MaxInFlight = int(e.Params[3])
 	}

@@ -73,6 +73,7 @@ func (a *Arena) Close() (err error) {
 	if !a.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	a.flushUses()   // the mapping is still the file's
 	a.own.Abandon() // writes waiting for a lock give up (ErrClosed)
 	if !a.readOnly {
 		wakeAllOnClose(a.mem) // a read-only handle never sleeps on a futex word

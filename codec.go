@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/shmarena/shmarena/internal/layout"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -60,27 +61,56 @@ type TypedMap[V any] struct {
 // each encoded field's name and type) in a 4 KiB region of kind
 // KindSchema, and an opener whose V differs gets ErrShape naming the
 // fields that differ, unless it passes WithSchemaChange (which records the
-// new V). A map made before fingerprints were recorded, or in an arena
-// without room left for the record, is not checked. Errors: ErrInvalid for
-// an option out of range or a bad name, ErrShape (naming the field,
-// "encoded flag" when the region is a byte map) when the region exists
-// with another shape or kind or V differs, ErrArenaFull when there is no
-// room, ErrReadOnly when a read-only handle would have to create it or
+// new V). The record is carved before the map, so every typed map has
+// one: size an arena for typed maps with TypedMapBytes, which counts it.
+// Errors: ErrInvalid for an option out of range or a bad name, ErrShape
+// (naming the field, "encoded flag" when the region is a byte map) when
+// the region exists with another shape or kind or V differs, ErrArenaFull
+// when there is no room for the map and its record (nothing is carved
+// then, unless the record fitted alone), ErrCorrupt when an existing
+// typed map's record is missing or damaged, ErrReadOnly when a read-only handle would have to create it or
 // record a changed V, ErrClosed after Close. Safe for concurrent use;
 // carving is serialised across processes.
 func OpenTypedMap[V any](a *Arena, name string, opts ...RegionOption) (*TypedMap[V], error) {
-	m, err := a.openMap(name, true, opts)
+	cfg, err := mapShape(true, opts)
 	if err != nil {
+		return nil, fmt.Errorf("shmarena: map %s: %w", quote(name), err)
+	}
+	if a.closed.Load() {
+		return nil, ErrClosed
+	}
+	desc := describeType(reflect.TypeFor[V]())
+	var m *Map
+	if !a.readOnly && !a.hasRegion(name) {
+		// A new map: its record first, so that no typed map is ever
+		// without one, and an arena too small for both gets neither.
+		need := layout.Align(schemaBytes) + layout.Align(mapLength(cfg.slots, cfg.slotSize, cfg.stripes, cfg.evict))
+		if free := a.freeBytes(); free < need {
+			return nil, fmt.Errorf("shmarena: typed map %s: %w: it and the record of its value type need %d bytes, %d free: size the arena with TypedMapBytes", quote(name), ErrArenaFull, need, free)
+		}
+		if err := a.checkSchema(name, desc, cfg.schemaChange); err != nil {
+			return nil, err
+		}
+	}
+	if m, err = a.openMap(name, true, opts); err != nil {
 		return nil, err
 	}
-	var cfg regionConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if err := a.checkSchema(name, describeType(reflect.TypeFor[V]()), cfg.schemaChange); err != nil {
+	if err := a.checkSchema(name, desc, cfg.schemaChange); err != nil {
 		return nil, err
 	}
 	return &TypedMap[V]{m: m, canon: mayHoldUnsortedMap(reflect.TypeFor[V](), map[reflect.Type]bool{})}, nil
+}
+
+// TypedMapBytes returns how many bytes of an arena a typed map of the
+// given shape occupies: MapBytes and the 4 KiB record of its value type.
+// An arena of MinSize plus the sum of its regions' sizes holds them all.
+// It returns ErrInvalid for a shape out of range.
+func TypedMapBytes(opts ...RegionOption) (int64, error) {
+	n, err := MapBytes(opts...)
+	if err != nil {
+		return 0, err
+	}
+	return n + layout.Align(schemaBytes), nil
 }
 
 // Bytes returns the underlying byte map, which sees each value's msgpack
@@ -222,9 +252,13 @@ func (t *TypedMap[V]) CompareAndSwap(key string, old, new V) (swapped bool, err 
 func (t *TypedMap[V]) Update(key string, fn func(old V, ok bool) (V, bool), opts ...WriteOption) (_ V, err error) {
 	defer catchFault(t.m.a, guard(), &err)
 	var result V
+	c, err := t.m.writeOpts(opts)
+	if err != nil {
+		return result, err
+	}
 	st := getEnc()
 	defer putEnc(st)
-	err = t.m.update(key, writeOpts(opts), func(oldb []byte, ok bool) ([]byte, bool, error) {
+	err = t.m.update(key, c, func(oldb []byte, ok bool) ([]byte, bool, error) {
 		var old V
 		if ok {
 			if err := t.decode(key, oldb, &old); err != nil {
@@ -281,7 +315,7 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 	if err := m.check(key, 0); err != nil {
 		return err
 	}
-	if c.ttl <= 0 {
+	if !c.ttlSet {
 		c.keepTTL = true
 	}
 	h := m.hashKey(key)

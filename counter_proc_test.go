@@ -137,7 +137,7 @@ func init() {
 				}
 			case 4, 5:
 				m.Expire(key, time.Hour)
-				m.Expire(key, 0)
+				m.Persist(key)
 			default:
 				f := procFiller(r.IntN(10))
 				if r.IntN(2) == 0 {
@@ -183,7 +183,7 @@ func counterStress(t *testing.T, ss int, noCAS string) {
 	a, path := tempArena(t, 1<<20)
 	m, err := a.Map("m", WithSlots(16), WithSlotSize(ss), WithStripes(4))
 	require.NoError(t, err)
-	env := []string{"SHMARENA_PATH=" + path, "SHMARENA_SLOTSIZE=" + strconv.Itoa(ss), "SHMARENA_ITERS=30000"}
+	env := []string{"SHMARENA_PATH=" + path, "SHMARENA_SLOTSIZE=" + strconv.Itoa(ss), "SHMARENA_ITERS=" + strconv.Itoa(raceScaled(30000))}
 	takerEnv := env
 	if noCAS == "takers" {
 		takerEnv = append(env[:len(env):len(env)], "SHMARENA_NOCAS=1", "GODEBUG=cpu.cx16=off")

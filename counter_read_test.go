@@ -73,7 +73,11 @@ func TestMapCounterReadsUnderAdd(t *testing.T) {
 				keys = append(keys, keyNearHome(m, fmt.Sprintf("k%d-", i), m.MaxPair()-8))
 			}
 			for _, k := range keys {
-				_, err := m.Add(k, 0, WithTTL(ttl))
+				var opts []WriteOption
+				if ttl > 0 {
+					opts = append(opts, WithTTL(ttl))
+				}
+				_, err := m.Add(k, 0, opts...)
 				require.NoError(t, err)
 			}
 			const adders, per = 2, 10000

@@ -687,7 +687,10 @@ func counterOf(m *Map, key string) int64 {
 // a parked child holds the stripe; the parent's Adds take the lock, so each
 // one after a kill measures a takeover.
 func TestCrashKillAddersAtRandom(t *testing.T) {
-	const procs, kills = 16, 8
+	procs, kills := 16, 8
+	if raceSlowdown > 1 {
+		procs, kills = 8, 4 // each child under the race detector costs several
+	}
 	lockedAddsForTest = true
 	t.Cleanup(func() { lockedAddsForTest = false })
 	a, path := tempArena(t, 4<<20)

@@ -2,10 +2,13 @@
 // structures through one memory-mapped file, an arena:
 //
 //   - Map: a fixed-capacity hash map. Reads take no lock (every slot is a
-//     seqlock); writes take one of a stripe of robust locks; deleted keys
-//     leave tombstones; entries may carry a wall-clock deadline (TTL); a
-//     value may be an atomic 64-bit counter. TypedMap stores Go values
-//     encoded with msgpack.
+//     seqlock); writes take one of a stripe of robust locks; a delete
+//     moves the entries after it back, so deleted keys leave nothing
+//     behind; entries may carry a wall-clock deadline (TTL, rules in
+//     docs/ttl.md); a value may be an atomic 64-bit counter; WithEviction
+//     makes it a cache, whose hits and misses Stats counts, and
+//     LoadOrCompute computes a missing key once for every process on the
+//     host. TypedMap stores Go values encoded with msgpack.
 //   - Ring: a fixed ring of records. A Cursor reads every record (a
 //     broadcast); a Group shares one position among its members, so each
 //     record goes to one of them (a work queue), at most once by default,

@@ -21,7 +21,9 @@ import (
 // the deferred catchFault turns a fault on the arena's mapping into an
 // error wrapping ErrTruncated. A method that returns no error returns its
 // zero value (a miss); Check, Info and Stats say why from then on. A fault
-// elsewhere (a bug, or the caller's own function) panics on as before.
+// anywhere else during the call (a bug, or in the caller's own function)
+// is not recovered: it goes on as a panic, not the crash it would have
+// been without the guard.
 
 // guard makes the calling goroutine panic on a memory fault rather than
 // crash, and returns whether it already did.
@@ -61,14 +63,6 @@ func (a *Arena) faultError(r any) error {
 func (a *Arena) truncation() error {
 	if fs := a.fileState(); fs.truncated {
 		return fs.err(a)
-	}
-	return nil
-}
-
-// faultedErr returns the first fault this handle met, or nil.
-func (a *Arena) faultedErr() error {
-	if p := a.faulted.Load(); p != nil {
-		return *p
 	}
 	return nil
 }

@@ -34,3 +34,28 @@ func appendLoadUnguarded(m *Map, dst []byte, key string) ([]byte, bool) {
 	runtime.KeepAlive(m)
 	return out, ok
 }
+
+// BenchmarkGuardAlone is the guard's own cost: a call that does nothing,
+// with and without it.
+func BenchmarkGuardAlone(b *testing.B) {
+	a, _ := tempArena(b, 1<<20)
+	b.Run("bare", func(b *testing.B) {
+		for b.Loop() {
+			nothing(a)
+		}
+	})
+	b.Run("guarded", func(b *testing.B) {
+		for b.Loop() {
+			nothingGuarded(a)
+		}
+	})
+}
+
+//go:noinline
+func nothing(a *Arena) error { return nil }
+
+//go:noinline
+func nothingGuarded(a *Arena) (err error) {
+	defer catchFault(a, guard(), &err)
+	return nil
+}

@@ -46,7 +46,9 @@ func init() {
 			return err
 		}
 		fmt.Printf("FORKED %d\n", pid)
-		select {}
+		for {
+			time.Sleep(time.Hour) // until killed (select {} would be a deadlock the runtime ends)
+		}
 	}
 }
 

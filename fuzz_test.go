@@ -13,7 +13,7 @@ import (
 // seedArena returns the bytes of a small valid arena holding one map.
 func seedArena(t testing.TB) []byte {
 	path := filepath.Join(t.TempDir(), "seed")
-	a, err := Open(path, WithSize(layout.HeaderSize+8192))
+	a, err := Open(path, WithSize(layout.HeaderSize+8192+useTableBytes+computeTableBytes))
 	require.NoError(t, err)
 	m, err := a.Map("m", WithSlots(16), WithSlotSize(64), WithStripes(2))
 	require.NoError(t, err)
@@ -87,7 +87,7 @@ func FuzzLiveCorruption(f *testing.F) {
 	f.Add(200, []byte{1})
 	f.Add(400, []byte{3, 1, 40, 0, 200, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, at int, patch []byte) {
-		a, path := tempArena(t, layout.HeaderSize+8192)
+		a, path := tempArena(t, layout.HeaderSize+8192+useTableBytes+computeTableBytes)
 		m, err := a.Map("m", WithSlots(16), WithSlotSize(64), WithStripes(2))
 		require.NoError(t, err)
 		require.NoError(t, m.Store("key", []byte("value")))

@@ -186,13 +186,10 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (_ *Group, err error) {
 	}
 	defer r.a.exit(0)
 	lock := r.off + rl.OffGroupLock
-	recovered, ok := rlock.Acquire(b, lock, r.a.own)
-	if !ok {
+	if _, ok := rlock.Acquire(b, lock, r.a.own); !ok {
 		return nil, ErrClosed // Close began while this waited
 	}
-	if recovered {
-		r.dropHalfMade() // the previous holder died
-	}
+	r.dropHalfMade() // left by a creator that died, or dropped under a member
 	goff, err := r.findOrCreateGroup(name, cfg)
 	if !rlock.Release(b, lock, r.a.self) && err == nil {
 		err = r.errLockLost()

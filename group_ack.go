@@ -80,9 +80,14 @@ func WithMaxDeliveries(n int) ReaderOption {
 // member finds it). It is published without waiting: one that finds no
 // room leaves the record pending, tried again by a Claim after room frees
 // (Wait does not wake for it meanwhile). On a full ring it may take the
-// slot of the record it replaces, even where other groups gave up on the
-// same record too: they copy it into their own dead letters, so such
-// groups never wait for one another.
+// slot of the record it replaces, where every group that has not finished
+// that record has given up on it too (holds it at its WithMaxDeliveries
+// limit). Each of them then finds it there and finishes the record at
+// once: it copies the letter into its own when the ring has room for one
+// at that moment, and otherwise the letter stands for its own (the record
+// is dead-lettered once, on the first group's topic). So groups giving up
+// never wait for one another, whatever their number and order of giving
+// up (see docs/queues.md).
 // It needs WithAck and WithMaxDeliveries; every member must ask for the
 // same topic (ErrShape). A group that takes every topic skips its own
 // dead-letter topic.
@@ -209,6 +214,9 @@ func pendWord(state, deliveries uint32) uint64 { return uint64(state)<<32 | uint
 // not holding it, when the arena is closed or the group was dropped.
 func (g *Group) lockAck() bool {
 	r := g.r
+	if !g.current() { // dropped: do not wait for a lock a member of it may hold
+		return false
+	}
 	if !r.a.enter(0) {
 		return false
 	}

@@ -27,9 +27,12 @@ import (
 // OldestPending growing past the lease.
 //
 // Errors: ErrNoGroup when the ring has no group of that name; ErrClosed
-// after Close. Serialised with Group and with the group's own updates by
-// the ring's robust locks; a process killed in the middle leaves the
-// group either present or gone.
+// after Close. Serialised with Group by the ring's group-table lock, a
+// robust lock: a process killed in the middle leaves the group either
+// present or gone. It never waits for a member of the group: one in the
+// middle of an update (a Claim or Ack; even one stopped there, by SIGSTOP
+// or a debugger) finishes it on the dropped entry, which a later Group or
+// DropGroup on the ring frees for a new group once no member holds it.
 func (r *Ring) DropGroup(name string) (err error) {
 	defer catchFault(r.a, guard(), &err)
 	if r.closed() {
@@ -44,13 +47,10 @@ func (r *Ring) DropGroup(name string) (err error) {
 	}
 	defer r.a.exit(0)
 	lock := r.off + rl.OffGroupLock
-	recovered, ok := rlock.Acquire(b, lock, r.a.own)
-	if !ok {
+	if _, ok := rlock.Acquire(b, lock, r.a.own); !ok {
 		return ErrClosed // Close began while this waited
 	}
-	if recovered {
-		r.dropHalfMade()
-	}
+	r.dropHalfMade()
 	g := -1
 	for i := 0; i < rl.Groups; i++ {
 		o := r.off + rl.GroupOff(i)
@@ -67,17 +67,27 @@ func (r *Ring) DropGroup(name string) (err error) {
 		return fmt.Errorf("shmarena: ring %s: group %s: %w", quote(r.name), quote(name), ErrNoGroup)
 	}
 	o := r.off + rl.GroupOff(g)
-	if _, ok := rlock.Acquire(b, o+rl.GLock, r.a.own); !ok { // no member is mid-update
-		rlock.Release(b, lock, r.a.self)
-		return ErrClosed // Close began while this waited
+	// The drop takes effect here, under the group-table lock: the entry
+	// leaves the ready state and stops protecting. It is freed now if no
+	// member holds the group's lock (one mid-update would go on writing
+	// into it), else by the next holder of the table lock that finds the
+	// group's lock free (freeDropped): a DropGroup never waits for a
+	// member, so a stopped one cannot hold up the table and every join.
+	free, _ := rlock.TryAcquire(b, o+rl.GLock, r.a.own)
+	if free {
+		mem.Store64(b, o+rl.GState, rl.GroupFree)
+	} else {
+		mem.Store64(b, o+rl.GState, rl.GroupCreating) // neither usable nor free
 	}
-	mem.Store64(b, o+rl.GState, rl.GroupFree)
 	crashPoint("drop")
 	bit := uint64(1) << g
 	for m := mem.Load64(b, r.off+rl.OffProtected); m&bit != 0 && !mem.CAS64(b, r.off+rl.OffProtected, m, m&^bit); m = mem.Load64(b, r.off+rl.OffProtected) {
 	}
-	mem.Zero(b, r.tables+g*int(r.inFlight)*rl.PendSize, int(r.inFlight)*rl.PendSize)
-	ok = rlock.Release(b, o+rl.GLock, r.a.self)
+	ok := true
+	if free {
+		mem.Zero(b, r.tables+g*int(r.inFlight)*rl.PendSize, int(r.inFlight)*rl.PendSize)
+		ok = rlock.Release(b, o+rl.GLock, r.a.self)
+	}
 	ok = rlock.Release(b, lock, r.a.self) && ok
 	r.roomFreed()
 	r.wake()
@@ -87,13 +97,24 @@ func (r *Ring) DropGroup(name string) (err error) {
 	return nil
 }
 
-// dropHalfMade frees group entries a dead creator left half-made, with
-// the group-table lock held.
+// dropHalfMade frees, with the group-table lock held, the entries left
+// neither ready nor free: half-made by a creator that died (creation runs
+// under the table lock, so with it held no live creator is at work), or
+// dropped while a member held the group's lock. Each is freed only once
+// its lock can be taken (free, or its holder dead): a member of a dropped
+// group still in the middle of an update may be writing into the entry.
 func (r *Ring) dropHalfMade() {
+	b := r.b
 	for i := 0; i < rl.Groups; i++ {
 		g := r.off + rl.GroupOff(i)
-		if mem.Load64(r.b, g+rl.GState) == rl.GroupCreating {
-			mem.Store64(r.b, g+rl.GState, rl.GroupFree)
+		if mem.Load64(b, g+rl.GState) != rl.GroupCreating {
+			continue
 		}
+		if ok, _ := rlock.TryAcquire(b, g+rl.GLock, r.a.own); !ok {
+			continue
+		}
+		mem.Zero(b, r.tables+i*int(r.inFlight)*rl.PendSize, int(r.inFlight)*rl.PendSize)
+		mem.Store64(b, g+rl.GState, rl.GroupFree)
+		rlock.Release(b, g+rl.GLock, r.a.self)
 	}
 }

@@ -151,10 +151,12 @@ func (g *Group) settleLocked(op settleOp, d time.Duration, recs []Record) error 
 	var first uint64
 	for _, rec := range recs {
 		e := g.entry(rec.Seq)
+		held := mem.Load64(b, e+rl.PState) == pendWord(rl.StPending, uint32(rec.Deliveries)) && mem.Load64(b, e+rl.PHolder) == r.a.self
+		if brokenAck && op == opAck {
+			held = mem.Load64(b, e+rl.PState)>>32 == rl.StPending
+		}
 		if rec.lease != g.leaseID() || rec.Seq < floor || rec.Seq >= pos || rec.Deliveries <= 0 || int64(rec.Deliveries) > math.MaxUint32 ||
-			mem.Load64(b, e+rl.PSeq) != rec.Seq ||
-			mem.Load64(b, e+rl.PState) != pendWord(rl.StPending, uint32(rec.Deliveries)) ||
-			mem.Load64(b, e+rl.PHolder) != r.a.self {
+			mem.Load64(b, e+rl.PSeq) != rec.Seq || !held {
 			if lost == 0 {
 				first = rec.Seq
 			}
@@ -188,6 +190,10 @@ func (g *Group) settleLocked(op settleOp, d time.Duration, recs []Record) error 
 	}
 	return nil
 }
+
+// brokenAck is false except in a build with the shmarena_broken_ack tag
+// (lincheck_broken_ack.go), where Ack ignores who holds the lease.
+var brokenAck bool
 
 // deadHeader is the size of a dead letter's header.
 const deadHeader = 16
@@ -303,21 +309,27 @@ const (
 //
 // A protected group's unfinished record is overwritten only by a dead
 // letter of it, published over its slot (as sequence seq + slots) by this
-// group or by another that gave up on it too (see Ring.floor). So when the
-// record is found overwritten, the slot is read: this group's own dead
-// letter there (a member killed after publishing it, before finishing the
-// record) is not published again; another group's is copied into this
-// group's dead letter. Anything else is giveLost: damage, or a dead
-// letter over the slot whose publisher died in the middle (a hole, as any
-// record a producer dies writing).
+// group or by another that gave up on it too, and that letter stays there
+// until this group finishes the record (see the rule in ring_full.go). So
+// a record found overwritten is finished at once, never waiting for room:
+// this group's own letter there (a member killed after publishing it,
+// before finishing the record) is not published again; another group's
+// is copied into this group's dead letter, waiting for room as any dead
+// letter does, but only while this group has finished the ring's oldest
+// record: where it has not, the wait could be for itself, and the letter
+// found stands for its own. Anything else is
+// giveLost: damage, or a dead letter over the slot whose publisher died
+// in the middle (a hole, as any record a producer dies writing).
 func (g *Group) giveUp(seq uint64, deliv uint32, rec Record, res readResult) giveResult {
 	if g.dead == "" {
 		return giveDone
 	}
-	var ok bool
 	switch res {
 	case readOK:
-		ok = g.deadLetter(seq, deliv, rec.Topic, rec.Payload, false)
+		if !g.deadLetter(seq, deliv, rec.Topic, rec.Payload, false) {
+			return giveWait
+		}
+		return giveDone
 	case readLapped:
 		if mem.Load64(g.r.b, g.r.off+rl.OffNext) <= seq+g.r.slots {
 			return giveWait // the dead letter over its slot is being published
@@ -326,17 +338,12 @@ func (g *Group) giveUp(seq uint64, deliv uint32, rec Record, res readResult) giv
 		switch {
 		case !found:
 			return giveLost
-		case ours:
-			return giveDone
+		case !ours && !g.deadLetter(seq, deliv, dl.Topic, dl.Payload, dl.Truncated) && g.holdsNoOldest():
+			return giveWait
 		}
-		ok = g.deadLetter(seq, deliv, dl.Topic, dl.Payload, dl.Truncated)
-	default:
-		return giveLost
+		return giveDone
 	}
-	if !ok {
-		return giveWait
-	}
-	return giveDone
+	return giveLost
 }
 
 // findLetter looks in the slot of record seq, overwritten, for a dead
@@ -359,10 +366,6 @@ func (g *Group) findLetter(seq uint64) (dl DeadLetter, ours, found bool) {
 // index returns the group's entry in the ring's group table.
 func (g *Group) index() int { return (g.goff - g.r.off - rl.OffGroups) / rl.GroupSize }
 
-// floorWithout returns the group's floor were record seq finished (see
-// Ring.floorWithout).
-func (g *Group) floorWithout(seq uint64) uint64 { return g.r.floorWithout(g.goff, g.index(), seq) }
-
 // canGiveUp reports, without the locks, whether a Claim could finish
 // record seq, at its delivery limit, now: true unless its dead letter
 // would find no room (Wait must not return for it until it would).
@@ -373,12 +376,22 @@ func (g *Group) canGiveUp(seq uint64) bool {
 		return true
 	}
 	if mem.Load64(b, r.slotOff(seq)+rl.SBegin) != seq {
-		if _, ours, found := g.findLetter(seq); ours || !found {
+		if mem.Load64(b, r.off+rl.OffNext) <= seq+r.slots {
+			return false // the dead letter over its slot is being published
+		}
+		if _, ours, found := g.findLetter(seq); ours || !found || !g.holdsNoOldest() {
 			return true // finished without a publish
 		}
 	}
-	next := mem.Load64(b, r.off+rl.OffNext)
-	return next <= r.slots || next-r.slots < r.floor(mem.Load64(b, r.off+rl.OffProtected), g.goff, seq, g.floorWithout(seq))
+	return r.roomFor(g.goff, seq)
+}
+
+// holdsNoOldest reports whether the group has finished the oldest record
+// the ring holds (the one the next publish overwrites).
+func (g *Group) holdsNoOldest() bool {
+	r := g.r
+	next := mem.Load64(r.b, r.off+rl.OffNext)
+	return next <= r.slots || r.finished(g.goff, g.index(), mem.Load64(r.b, g.goff+rl.GFlags), next-r.slots)
 }
 
 // deadLetter publishes, with the group lock held, the dead letter of
@@ -407,7 +420,7 @@ func (g *Group) deadLetter(seq uint64, deliveries uint32, topic string, payload 
 	binary.LittleEndian.PutUint16(p[14:], flags)
 	p = append(append(p, topic...), payload...)
 	q := *r
-	q.quiet, q.exGroup, q.allow, q.exFloor = true, g.goff+1, seq, g.floorWithout(seq)
+	q.quiet, q.exGroup, q.allow = true, g.goff+1, seq
 	_, err := q.Publish(g.dead, p)
 	return err == nil
 }

@@ -30,6 +30,9 @@ import (
 //	...  evicting maps: one read-count byte per slot, 64-aligned, then per
 //	     segment a small and a main queue of 8-byte hashes (see evict.go)
 //	...  8 bytes of padding past a 64-byte boundary, then slots x slot size
+//	...  64-aligned, the use counts: one 32-byte line per process-table
+//	     entry (see hashmap_uses.go), then the compute table (see
+//	     hashmap_compute.go)
 //
 // A slot:
 //
@@ -119,8 +122,9 @@ var oddPatience = 5 * time.Millisecond
 
 // A Map is a fixed-capacity hash map in an arena, shared by every process
 // that opens the arena. Reads take no lock (each slot is a seqlock); writes
-// take one of a stripe of robust locks chosen by the key's hash; deleted
-// entries become tombstones. Keys are strings of arbitrary bytes (NUL
+// take one of a stripe of robust locks chosen by the key's hash; a delete
+// moves the entries after the deleted one back toward their home slots, so
+// the table keeps no trace of deleted keys. Keys are strings of arbitrary bytes (NUL
 // included); values are byte slices.
 //
 // A Map's methods are safe for concurrent use by goroutines and processes.
@@ -146,6 +150,10 @@ type Map struct {
 	q         queues // eviction queues; q.on false for a plain map
 	countUses bool   // reads count uses: an evicting map not opened ReadOnly
 
+	useTable     int   // the use counts' lines (see hashmap_uses.go)
+	computeTable int   // see hashmap_compute.go
+	uses         *uses // this handle's use counts
+
 	// counterHints remember, in this process only, where Add last found
 	// each counter (see hintEntries); 8 KiB, nil for a typed map.
 	counterHints []byte
@@ -168,6 +176,20 @@ type MapStats struct {
 	ProbeLimited uint64
 	Moved        uint64 // entries moved back toward their home slot by deletes
 	MaxProbe     int    // the longest distance, in slots, any insert went from its home
+
+	// Hits and Misses count reads of a value (Load, AppendLoad, a typed
+	// map's Load, and LoadOrCompute's first look) that found their key,
+	// or not, as Redis's keyspace_hits and keyspace_misses do; their
+	// ratio is the cache's hit ratio. Exists, TTL, walks and writes are
+	// not counted. Loads counts LoadOrCompute functions that returned a
+	// value, LoadFailures those that returned an error (or a value the
+	// map refused). Every process adds its counts to the file at least
+	// every 64 counts of a kind per CPU it runs on, when it reads Stats
+	// and when it closes, so another process's latest uses may show a
+	// little late, and a process killed loses its last unadded ones. The
+	// totals of processes that closed or died stay in: they never go
+	// back. A read-only handle counts nothing.
+	Hits, Misses, Loads, LoadFailures uint64
 }
 
 func init() {
@@ -272,7 +294,12 @@ func checkMapShape(slots, slotSize, stripes int64) error {
 
 // mapLength returns a map region's length in bytes.
 func mapLength(slots, slotSize, stripes int64, evict bool) int64 {
-	return slotsOffset(slots, stripes, evict) + slotsPad + slots*slotSize
+	return tailOffset(slots, slotSize, stripes, evict) + useTableBytes + computeTableBytes
+}
+
+// tailOffset is where the use counts start, after the slots.
+func tailOffset(slots, slotSize, stripes int64, evict bool) int64 {
+	return layout.Align(slotsOffset(slots, stripes, evict) + slotsPad + slots*slotSize)
 }
 
 func tagsOffset(stripes int64) int64 { return mapHeader + layout.Align(stripes*stripeStride) }
@@ -306,6 +333,9 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		encoded:  e.Params[3] != 0,
 		seed:     a.seed,
 	}
+	m.useTable = o + int(tailOffset(int64(slots), int64(slotSize), int64(stripes), evict))
+	m.computeTable = m.useTable + useTableBytes
+	m.uses = a.usesOf(m.useTable)
 	if evict {
 		m.q = newQueues(m)
 		m.countUses = !a.readOnly
@@ -368,9 +398,10 @@ func (m *Map) Capacity() int { return int(m.slots) }
 func (m *Map) MaxPair() int { return m.maxPair }
 
 // Len returns the number of entries held, counting lapsed ones (TTL past,
-// so Exists reports them absent) until they are collected; 0 after Close. It sums one share per stripe (see counts), so
-// it costs a load per stripe and, under concurrent writes, may be off by
-// the writes in flight.
+// so Exists reports them absent) until they are collected; 0 after Close.
+// It sums a count per segment (WithStripes), so it costs a load per
+// segment and, under concurrent writes, may be off by the writes in
+// flight.
 func (m *Map) Len() int {
 	defer catchFault(m.a, guard(), nil)
 	if m.a.closed.Load() {
@@ -420,7 +451,13 @@ func (m *Map) Stats() MapStats {
 	}
 	defer runtime.KeepAlive(m)
 	used, tomb := m.counts()
+	m.uses.flush()
+	u := sumUses(m.mem, m.useTable)
 	return MapStats{
+		Hits:         u[useHits],
+		Misses:       u[useMisses],
+		Loads:        u[useLoads],
+		LoadFailures: u[useLoadFailures],
 		Used:         used,
 		Capacity:     int(m.slots),
 		Tombstones:   tomb,

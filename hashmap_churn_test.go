@@ -248,7 +248,7 @@ func TestMapAgreesWithItselfAfterMixedChurn(t *testing.T) {
 				case r < 45:
 					var opts []WriteOption
 					if r < 10 {
-						opts = append(opts, WithTTL(time.Duration(rand.IntN(2000))*time.Microsecond))
+						opts = append(opts, WithTTL(time.Duration(1+rand.IntN(2000))*time.Microsecond))
 					}
 					err = m.Store(k, churnValue(k), opts...)
 				case r < 65:

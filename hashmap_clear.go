@@ -8,7 +8,8 @@ import (
 // does: it empties one segment at a time under the segment's lock, so an
 // operation on a key running at the same time sees the key either as it
 // was or as cleared, never half of each. A reader that misses during a
-// segment's clearing waits for it to end (see confirmMiss). The counts
+// segment's clearing waits for it to end before it believes the miss. It
+// costs one segment lock at a time and a write of every slot. The counts
 // (Len, Stats.Used and Tombstones) fall to zero; the event counters
 // (Evicted, Expired and the rest) are kept. Keys stored while Clear runs
 // may or may not survive it. After Close, and on a handle opened

@@ -33,6 +33,10 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err er
 	if m.encoded {
 		return 0, fmt.Errorf("shmarena: map %s: %w", quote(m.name), ErrEncoded)
 	}
+	c, err := m.writeOpts(opts)
+	if err != nil {
+		return 0, err
+	}
 	h := m.hashKey(key)
 	if !lockedAddsForTest {
 		if n, err, done := m.addInPlace(key, h, delta); done {
@@ -58,7 +62,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err er
 	if found {
 		m.stat(mhExpired)
 	}
-	e := entry{key: key, h: h, counter: true, n: delta, deadline: deadlineFor(writeOpts(opts), v, false)}
+	e := entry{key: key, h: h, counter: true, n: delta, deadline: deadlineFor(c, v, false)}
 	if err := m.put(s, &e, v, free, found); err != nil {
 		return 0, err
 	}

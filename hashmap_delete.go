@@ -87,16 +87,24 @@ func (m *Map) endMoves(s uint64) {
 
 // closeHole moves entries after the tombstone at hole back over it, each
 // to the hole if its probe path passes there, until the run of entries
-// ends, then empties the last hole. Holding stripe s, inside beginMoves.
-// In a segment with no empty slot the run is the whole segment: every
-// other entry has been looked at when the walk comes back round, and the
-// last hole is emptied then too. It stops at anything it does not expect
+// ends, or until it is further from the hole than any key is from its
+// home, then empties the last hole. Holding stripe s, inside beginMoves.
+// So a delete looks at no more than the probe limit of slots past each
+// hole, even in a segment with no empty slot, whose run is the whole
+// segment. It stops at anything it does not expect
 // (a tombstone, a slot of another segment's key), leaving that hole a
 // tombstone, counted: a repair or a later insert clears it, and a
 // tombstone misleads no reader.
 func (m *Map) closeHole(s uint64, sp span, hole uint64) bool {
+	reach := m.probeLimit(sp)
 	j := sp.add(hole, 1)
 	for n := uint64(1); n < sp.len(); n, j = n+1, sp.add(j, 1) {
+		if sp.dist(hole, j) >= reach {
+			// No key sits reach or more slots from home, so none from
+			// here on has a path through the hole: the run may go on
+			// (a full segment is one run), but the moves end.
+			return m.emptyHole(s, hole)
+		}
 		off := m.slotOff(j)
 		meta := mem.Load64(m.mem, off+sMeta)
 		switch metaState(meta) {

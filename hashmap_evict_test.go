@@ -36,7 +36,7 @@ func TestEvictingMapsTinyAndAtSegmentBoundaries(t *testing.T) {
 				m.Delete(k)
 				continue
 			default:
-				err = m.Store(k, []byte("v"), WithTTL(time.Duration(rng.IntN(2))*time.Hour))
+				err = m.Store(k, []byte("v"), ttlOrNone(time.Duration(rng.IntN(2))*time.Hour)...)
 			}
 			require.NoError(t, err, "n=%d", n)
 			require.True(t, m.Exists(k), "n=%d: %q just written is absent", n, k)

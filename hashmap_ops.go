@@ -26,7 +26,10 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) (err error) {
 	if err := m.check(key, len(value)); err != nil {
 		return err
 	}
-	c := writeOpts(opts)
+	c, err := m.writeOpts(opts)
+	if err != nil {
+		return err
+	}
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
@@ -78,6 +81,7 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 		return dst, false
 	}
 	_, out, ok := m.readKey(key, m.hashKey(key), dst, true)
+	m.uses.hit(ok)
 	runtime.KeepAlive(m)
 	return out, ok
 }
@@ -155,6 +159,10 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
+	c, err := m.writeOpts(opts)
+	if err != nil {
+		return nil, false, err
+	}
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
@@ -165,7 +173,7 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	if found && !lapsed(v.deadline) {
 		return m.appendValue([]byte{}, v.off, v.meta), true, nil
 	}
-	if err := m.storeLocked(s, key, h, value, writeOpts(opts), nil); err != nil {
+	if err := m.storeLocked(s, key, h, value, c, nil); err != nil {
 		return nil, false, err
 	}
 	return value, false, nil
@@ -181,13 +189,17 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 	if err := m.check(key, len(value)); err != nil {
 		return nil, false, err
 	}
+	c, err := m.writeOpts(opts)
+	if err != nil {
+		return nil, false, err
+	}
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return nil, false, ErrClosed
 	}
 	defer m.unlockErr(s, &err)
-	if err := m.storeLocked(s, key, h, value, writeOpts(opts), &previous); err != nil {
+	if err := m.storeLocked(s, key, h, value, c, &previous); err != nil {
 		return nil, false, err
 	}
 	return previous, previous != nil, nil
@@ -312,10 +324,28 @@ func (m *Map) valueEqual(v view, b []byte) bool {
 	return mem.Equal(m.mem, v.off+sData+metaKeyLen(v.meta), b)
 }
 
-// Expire sets key's deadline to ttl from now (ttl <= 0 removes it, as
-// Redis PERSIST does) and reports whether the key was present. A lapsed
-// entry is collected (counted in Stats.Expired) and reports false.
+// Expire sets key's deadline to ttl from now and reports whether the key
+// was present, as Redis EXPIRE does; a ttl of zero or less deletes the key
+// (Redis's EXPIRE k 0), reporting whether it was present. A lapsed entry is
+// collected (counted in Stats.Expired) and reports false. False on a
+// read-only handle and after Close. It takes the key's stripe lock.
 func (m *Map) Expire(key string, ttl time.Duration) bool {
+	if ttl <= 0 {
+		return m.Delete(key)
+	}
+	return m.setDeadline(key, ttl)
+}
+
+// Persist removes key's deadline and reports whether it had one, as Redis
+// PERSIST does: false for an absent or lapsed key (a lapsed one is
+// collected) and for a key without a deadline. False on a read-only handle
+// and after Close. It takes the key's stripe lock.
+func (m *Map) Persist(key string) bool { return m.setDeadline(key, 0) }
+
+// setDeadline sets key's deadline to ttl from now, or removes it (ttl 0),
+// and reports whether it changed a live key's deadline (Expire) or removed
+// one (Persist).
+func (m *Map) setDeadline(key string, ttl time.Duration) bool {
 	defer catchFault(m.a, guard(), nil)
 	if m.a.readOnly {
 		return false
@@ -330,7 +360,7 @@ func (m *Map) Expire(key string, ttl time.Duration) bool {
 	}
 	defer m.unlock(s)
 	v, found := m.find(key, h)
-	if !found {
+	if !found || ttl == 0 && v.deadline == 0 {
 		return false
 	}
 	crashPoint("expire")
@@ -381,16 +411,14 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 // yielding each key with a copy of its value. It is a walk, not a snapshot
 // and not a lock, with sync.Map.Range's promise: each key present for the
 // whole walk is yielded exactly once, and entries stored or deleted while
-// it runs may or may not appear. Each segment is read inside one even,
-// unchanged move version (see remove), so a key moved back by a delete is
-// neither skipped nor seen twice. Empty after Close.
+// it runs may or may not appear. A key's value is read as Load reads it,
+// at some moment of the walk. The walk waits for a slot being written as
+// a writer waits for the segment's lock: until the writer finishes or is
+// found dead (see walkSegment). Empty after Close.
 func (m *Map) All() iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
 		defer catchFault(m.a, guard(), nil)
-		m.walk(func(key string, _ int, _ uint64) bool {
-			_, val, ok := m.readKey(key, m.hashKey(key), []byte{}, true)
-			return !ok || yield(key, val)
-		})
+		m.walk(true, yield)
 	}
 }
 
@@ -398,95 +426,8 @@ func (m *Map) All() iter.Seq2[string, []byte] {
 func (m *Map) Keys() iter.Seq[string] {
 	return func(yield func(string) bool) {
 		defer catchFault(m.a, guard(), nil)
-		m.walk(func(key string, off int, meta uint64) bool { return yield(key) })
+		m.walk(false, func(key string, _ []byte) bool { return yield(key) })
 	}
-}
-
-// walk calls fn with each live, unlapsed, consistently read key, reading
-// each segment's keys first inside an unchanged move version.
-func (m *Map) walk(fn func(key string, off int, meta uint64) bool) {
-	defer runtime.KeepAlive(m)
-	var batch []walked
-	for s := uint64(0); s < m.stripes; s++ {
-		if m.a.closed.Load() {
-			return
-		}
-		batch = m.readSegment(s, batch[:0])
-		for _, w := range batch {
-			if !fn(w.key, w.off, w.meta) {
-				return
-			}
-		}
-	}
-}
-
-type walked struct {
-	key  string
-	off  int
-	meta uint64
-}
-
-// readSegment appends segment s's live, unlapsed keys to dst, read inside
-// one even, unchanged move version; after readRetries tries it keeps the
-// last read, which may miss a key that moved meanwhile.
-func (m *Map) readSegment(s uint64, dst []walked) []walked {
-	sp := m.span(s)
-	o := m.lockOff(s) + stMoveVer
-	n0 := len(dst)
-	for tries := 0; ; tries++ {
-		mv := mem.Load64(m.mem, o)
-		if mv&1 != 0 && tries < readRetries {
-			if !m.await(o, mv, s) {
-				tries = readRetries
-			}
-			continue
-		}
-		dst = dst[:n0]
-		var kb []byte
-		seen := map[string]bool{}
-		for i := sp.lo; i < sp.hi; i++ {
-			if m.tag(i) <= tagTombstone {
-				continue
-			}
-			off := m.slotOff(i)
-			// A key deleted and stored again while the segment is read
-			// can be met twice without a move (an insert or a delete at a
-			// run's end moves nothing): once each is sync.Map.Range's rule.
-			if key, meta, ok := m.readLiveKey(off, kb[:0]); ok && !seen[key] {
-				seen[key] = true
-				dst = append(dst, walked{key: key, off: off, meta: meta})
-			}
-		}
-		if mem.Load64(m.mem, o) == mv || tries >= readRetries {
-			return dst
-		}
-	}
-}
-
-// readLiveKey reads the key of the slot at off if it is live and not
-// lapsed, consistently.
-func (m *Map) readLiveKey(off int, kb []byte) (string, uint64, bool) {
-	for range readRetries {
-		ver := mem.Load64(m.mem, off+sVersion)
-		if ver&1 != 0 {
-			runtime.Gosched()
-			continue
-		}
-		meta := mem.Load64(m.mem, off+sMeta)
-		if metaState(meta) != stateLive || !m.valid(meta) {
-			if mem.Load64(m.mem, off+sVersion) != ver {
-				continue
-			}
-			return "", 0, false
-		}
-		kb = mem.AppendBytes(kb[:0], m.mem, keyOff(off, meta), metaKeyLen(meta))
-		deadline := int64(mem.Load64(m.mem, off+sDeadline))
-		if mem.Load64(m.mem, off+sVersion) != ver {
-			continue
-		}
-		return string(kb), meta, !lapsed(deadline)
-	}
-	return "", 0, false
 }
 
 // hashKey hashes a key with XXH3-64 under the arena's seed, chosen at

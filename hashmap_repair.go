@@ -37,7 +37,7 @@ func (m *Map) repairSegment(s uint64) {
 		if meta := mem.Load64(m.mem, off+sMeta); from == i+1 && metaState(meta) == stateLive && m.valid(meta) {
 			mem.Store64(m.mem, off+sVersion, m.rested(ver)) // the move's whole source: kept
 		} else {
-			m.clearAt(i, stateTombstone)
+			m.clearAt(s, i, stateTombstone)
 		}
 	}
 	m.dropDuplicates(s, sp)
@@ -74,7 +74,7 @@ func (m *Map) dropDuplicates(s uint64, sp span) {
 			continue
 		}
 		if !m.sound(s, off, meta) {
-			m.clearAt(i, stateTombstone)
+			m.clearAt(s, i, stateTombstone)
 			continue
 		}
 		h := mem.Load64(m.mem, off+sHash)
@@ -91,7 +91,7 @@ func (m *Map) dropDuplicates(s uint64, sp span) {
 					continue
 				}
 				if sp.dist(home, at[a]) < sp.dist(home, at[b]) {
-					m.clearAt(at[a], stateTombstone)
+					m.clearAt(s, at[a], stateTombstone)
 					break
 				}
 			}
@@ -109,13 +109,16 @@ func (m *Map) sameKey(i, j uint64) bool {
 	return mem.Equal(m.mem, keyOff(b, mb), ka)
 }
 
-// clearAt makes slot i empty or a tombstone, as one write, in a segment
-// being repaired (no intent, no lost-lock check: the repairer holds the
-// segment, or runs alone after a reboot).
-func (m *Map) clearAt(i uint64, state uint64) {
+// clearAt makes slot i of segment s empty or a tombstone, as one write,
+// in a segment being repaired (no intent, no lost-lock check: the
+// repairer holds the segment, or runs alone after a reboot). The odd
+// version names s, as every writer's does, so a reader waits on s's
+// holder and Check sees a write of s at work.
+func (m *Map) clearAt(s, i uint64, state uint64) {
 	off := m.slotOff(i)
-	ver := mem.Load64(m.mem, off+sVersion) | 1
+	ver := m.begun(mem.Load64(m.mem, off+sVersion), s)
 	mem.Store64(m.mem, off+sVersion, ver)
+	crashPoint("repair")
 	mem.Store64(m.mem, off+sMeta, metaOf(state, 0, 0, 0))
 	mem.Store64(m.mem, off+sDeadline, 0)
 	if state == stateEmpty {
@@ -134,7 +137,7 @@ func (m *Map) reseat(s uint64, sp span) {
 	for i := sp.lo; i < sp.hi; i++ {
 		off := m.slotOff(i)
 		if metaState(mem.Load64(m.mem, off+sMeta)) != stateLive {
-			m.clearAt(i, stateEmpty)
+			m.clearAt(s, i, stateEmpty)
 		}
 	}
 	for range 4 {
@@ -148,7 +151,7 @@ func (m *Map) reseat(s uint64, sp span) {
 			for k := home; k != i; k = sp.add(k, 1) {
 				if metaState(mem.Load64(m.mem, m.slotOff(k)+sMeta)) == stateEmpty {
 					m.move(s, i, k)
-					m.clearAt(i, stateEmpty)
+					m.clearAt(s, i, stateEmpty)
 					moved = true
 					break
 				}

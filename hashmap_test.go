@@ -193,7 +193,7 @@ func TestMapTTL(t *testing.T) {
 	require.True(t, m.Expire("k", time.Hour))
 	left, _ = m.TTL("k")
 	require.Greater(t, left, 59*time.Minute)
-	require.True(t, m.Expire("k", 0))
+	require.True(t, m.Persist("k"))
 	left, _ = m.TTL("k")
 	require.Zero(t, left)
 	require.False(t, m.Expire("absent", time.Second))
@@ -946,7 +946,8 @@ func TestReadNearDecidesCommonCases(t *testing.T) {
 
 // An entry that lapses while Expire holds it (between finding it and
 // writing its new deadline) stays dead and is collected as expired: Expire
-// must not bring it back, with a new deadline or (ttl <= 0) for good.
+// must not bring it back, with a new deadline or, through Persist (ttl 0
+// here), for good.
 func TestMapExpireLapsingEntryStaysDead(t *testing.T) {
 	for _, ttl := range []time.Duration{0, time.Hour} {
 		t.Run(ttl.String(), func(t *testing.T) {
@@ -964,7 +965,12 @@ func TestMapExpireLapsingEntryStaysDead(t *testing.T) {
 				}
 			}
 			t.Cleanup(func() { crashHook = nil })
-			expired := m.Expire("k", ttl)
+			var expired bool
+			if ttl == 0 {
+				expired = m.Persist("k")
+			} else {
+				expired = m.Expire("k", ttl)
+			}
 			require.Equal(t, 1, hooked, "Expire must pass the hook between find and write")
 			require.False(t, m.Exists("k"), "a lapsed entry came back to life")
 			require.False(t, expired, "the entry lapsed before Expire wrote: it was not there to expire")

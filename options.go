@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"fmt"
 	"io/fs"
 	"time"
 )
@@ -98,27 +99,51 @@ func WithEviction() RegionOption { return func(c *regionConfig) { c.evict = true
 // function so that passing one costs no allocation on the write path.
 type WriteOption struct {
 	ttl     time.Duration
+	ttlSet  bool
 	keepTTL bool
 }
 
 type writeConfig = WriteOption
 
 // WithTTL gives the entry a wall-clock deadline ttl from now, after which
-// every process reads the key as absent. A ttl <= 0 means no deadline.
-func WithTTL(ttl time.Duration) WriteOption { return WriteOption{ttl: ttl} }
+// every process reads the key as absent. A ttl of zero or less is refused:
+// the write returns ErrInvalid and changes nothing, as Redis refuses SET
+// with EX 0 (so a TTL computed from a deadline that passed never makes an
+// entry permanent). For no deadline pass no WithTTL; see docs/ttl.md for
+// every rule.
+func WithTTL(ttl time.Duration) WriteOption { return WriteOption{ttl: ttl, ttlSet: true} }
 
 // WithKeepTTL keeps the deadline the key already has when it is
 // overwritten, as Redis SET's KEEPTTL does; without it a write replaces the
-// deadline. A new key gets no deadline from it.
+// deadline. A new key gets no deadline from it. With WithTTL as well the
+// write is refused with ErrInvalid, as Redis refuses SET with EX and
+// KEEPTTL.
 func WithKeepTTL() WriteOption { return WriteOption{keepTTL: true} }
 
-func writeOpts(opts []WriteOption) writeConfig {
+// writeOpts combines a write's options, or returns ErrInvalid naming the
+// fix; the last WithTTL wins.
+func writeOpts(opts []WriteOption) (writeConfig, error) {
 	var c writeConfig
 	for _, o := range opts {
-		if o.ttl != 0 {
-			c.ttl = o.ttl
+		if o.ttlSet {
+			if o.ttl <= 0 {
+				return c, fmt.Errorf("%w: WithTTL(%v): a TTL must be positive (for no deadline pass no WithTTL; Expire with zero or less deletes a key)", ErrInvalid, o.ttl)
+			}
+			c.ttl, c.ttlSet = o.ttl, true
 		}
 		c.keepTTL = c.keepTTL || o.keepTTL
 	}
-	return c
+	if c.ttlSet && c.keepTTL {
+		return c, fmt.Errorf("%w: WithTTL and WithKeepTTL together: pass one", ErrInvalid)
+	}
+	return c, nil
+}
+
+// writeOpts is writeOpts with the map named in its error.
+func (m *Map) writeOpts(opts []WriteOption) (writeConfig, error) {
+	c, err := writeOpts(opts)
+	if err != nil {
+		err = fmt.Errorf("shmarena: map %s: %w", quote(m.name), err)
+	}
+	return c, err
 }

@@ -48,31 +48,42 @@ func init() {
 		if os.Getenv("SHMARENA_RANGE") == "1" {
 			// Lock everything that no live handle's write lock is on:
 			// split the whole file range around the bytes in conflict.
-			start := int64(0)
-			for start >= 0 {
-				lk := unix.Flock_t{Type: unix.F_RDLCK, Start: start, Len: 0}
-				if err := unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk); err != nil {
-					return err
+			var cover func(start, length int64, depth int)
+			cover = func(start, length int64, depth int) {
+				lk := unix.Flock_t{Type: unix.F_RDLCK, Start: start, Len: length}
+				if unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk) == nil {
+					n++
+					return
 				}
-				if lk.Type == unix.F_UNLCK {
-					lock(start, 0)
-					break
+				// Any lock in conflict (the kernel names one, not the
+				// first): cover each side of it.
+				lk = unix.Flock_t{Type: unix.F_RDLCK, Start: start, Len: length}
+				if unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk) != nil || lk.Type == unix.F_UNLCK || depth > 1000 {
+					return
 				}
 				if lk.Start > start {
-					lock(start, lk.Start-start)
+					cover(start, lk.Start-start, depth+1)
 				}
-				start = lk.Start + max(lk.Len, 1)
 				if lk.Len == 0 {
-					break
+					return
+				}
+				next := lk.Start + lk.Len
+				if length == 0 {
+					cover(next, 0, depth+1)
+				} else if end := start + length; next < end {
+					cover(next, end-next, depth+1)
 				}
 			}
+			cover(0, 0, 0)
 		} else {
 			for i := 0; i < owner.Entries; i++ {
 				lock(owner.FirstLockOffset(b, i), 1)
 			}
 		}
 		os.Stdout.WriteString("LOCKED " + strconv.Itoa(n) + "\n")
-		select {}
+		for {
+			time.Sleep(time.Hour) // until killed (select {} would be a deadlock the runtime ends)
+		}
 	}
 }
 

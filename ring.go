@@ -59,12 +59,11 @@ type Ring struct {
 
 	// Set only in the copies PublishWait and dead-lettering publish
 	// through: quiet makes a publish that finds no room return errNoRoom
-	// uncounted; exGroup (a group entry's offset + 1), allow and exFloor
-	// let that group's dead-lettered record allow be overwritten (see room).
+	// uncounted; exGroup (a group entry's offset + 1) and allow make it
+	// that group's dead letter of record allow (see Ring.spare).
 	quiet   bool
 	exGroup int
 	allow   uint64
-	exFloor uint64
 }
 
 // RingStats are a ring's shared counters, summed over every process.

@@ -16,8 +16,9 @@ import (
 
 // This file: back-pressure. A protected group (WithAck, WithBackpressure)
 // has a floor, the oldest sequence it has not finished; a producer may
-// publish sequence s only if the record s overwrites, s - slots, is below
-// every protected group's floor.
+// publish sequence s if the record s overwrites, s - slots, is below every
+// protected group's floor, or else if every protected group has finished
+// that record (or gave up on it, for its own dead letter: see spare).
 //
 // Producers keep this cheap: the ring header holds a mask of the protected
 // group entries (no protected group: one load per publish) and a cached
@@ -38,8 +39,7 @@ func (r *Ring) errFull() error {
 
 // room reports whether sequence s may be published, with the publish lock
 // held (so s is the next sequence). r.exGroup > 0 is the offset + 1 of a
-// group entry dead-lettering record r.allow, and r.exFloor that group's
-// floor were r.allow finished (it copied the record): see floor.
+// group entry publishing the dead letter of record r.allow (see spare).
 //
 // The cache is read before the mask and replaced by compare-and-swap from
 // the value read, and a group's creation sets its mask bit before it
@@ -47,7 +47,6 @@ func (r *Ring) errFull() error {
 // group's bit cannot raise the cache over that group's floor.
 func (r *Ring) room(s uint64) bool {
 	b := r.b
-	ex, allow := r.exGroup-1, r.allow
 	if s <= r.slots {
 		return true
 	}
@@ -56,13 +55,14 @@ func (r *Ring) room(s uint64) bool {
 	if victim < cache {
 		return true
 	}
-	f := r.floor(mem.Load64(b, r.off+rl.OffProtected), ex, allow, r.exFloor)
+	mask := mem.Load64(b, r.off+rl.OffProtected)
+	f := r.floor(mask)
 	// The cache never passes the head (validateRing checks it): a group
 	// made later starts at the head or, FromStart, lowers it.
-	if c := min(f, s); ex < 0 && c != cache {
+	if c := min(f, s); c != cache {
 		mem.CAS64(b, r.off+rl.OffFloor, cache, c)
 	}
-	return victim < f
+	return victim < f || r.spare(mask, victim, r.exGroup-1, r.allow)
 }
 
 // lowerFloor lowers the floor cache to at most f (a protected group was
@@ -75,17 +75,9 @@ func (r *Ring) lowerFloor(f uint64) {
 
 // floor returns the lowest floor of the protected groups in mask
 // (math.MaxUint64 when none is ready). An acking group's floor is its
-// floor word, a back-pressured one's its position.
-//
-// For a dead letter of record allow published by the group entry at ex
-// (>= 0; -1 for any other publish), that group's floor is exFloor, its
-// floor were allow finished (it copied the record); and another acking
-// group whose floor is allow and that has given up on it too (gaveUp)
-// counts it finished the same way: it will never deliver allow again, and
-// builds its own dead letter from this one (Group.giveUp). Without this,
-// groups giving up on the oldest record of a full ring would each wait
-// for another to finish it, for good.
-func (r *Ring) floor(mask uint64, ex int, allow, exFloor uint64) uint64 {
+// floor word, a back-pressured one's its position. Every record below it
+// is finished by every protected group: the producers' fast path.
+func (r *Ring) floor(mask uint64) uint64 {
 	b := r.b
 	f := uint64(math.MaxUint64)
 	for m := mask; m != 0; m &= m - 1 {
@@ -99,38 +91,109 @@ func (r *Ring) floor(mask uint64, ex int, allow, exFloor uint64) uint64 {
 		if flags&rl.FlagAck != 0 {
 			gf = min(gf, mem.Load64(b, g+rl.GFloor))
 		}
-		switch {
-		case g == ex:
-			gf = exFloor
-		case ex >= 0 && gf == allow && flags&rl.FlagAck != 0 && r.gaveUp(g, i, allow):
-			gf = r.floorWithout(g, i, allow)
-		}
 		f = min(f, gf)
 	}
 	return f
 }
 
-// floorWithout returns the floor of the acking group entry at g (index i)
-// were record seq finished: the first record of its window other than
-// seq not finished, else its position. Exact with the group's lock held;
-// without it, it never passes a record the group has not finished (a
-// finished entry stays so until the floor passes it; an entry being
-// reused for a later record reads as unfinished, or as that record's
-// state once the floor is past it).
-func (r *Ring) floorWithout(g, i int, seq uint64) uint64 {
+// The rule for overwriting a record, and why groups that give up never
+// wait for one another.
+//
+// Rule: the publish of sequence s overwrites record v = s - slots, the
+// oldest the ring holds. It may, when every protected group has finished
+// v; and the dead letter of v itself also may where the groups that have
+// not finished v have all given up on it (each holds v pending at its
+// WithMaxDeliveries limit: it will deliver v no more, only take the Ack of
+// a member still holding it, or dead-letter it). Nothing else counts: a
+// group's older unfinished records do not hold v (spare), and the dead
+// letter of another record does not excuse anyone.
+//
+// Invariant I: an unfinished record of a protected group is overwritten
+// only by its own dead letter, published while that group had given up
+// on it; so the record's slot then holds that dead letter, at v + slots,
+// until the group finishes v. The first half is the rule. For the second:
+// the group's claims stop at floor + max in flight, and a ring's max in
+// flight is at most its slots (Ring, validateRing), so while v is
+// unfinished the group's position is at most v + slots: record v + slots
+// is not finished by it, and is not v's, so nothing overwrites it.
+//
+// A group that gave up on v and finds it overwritten therefore finds a
+// dead letter of v in its slot (or a hole, if its publisher died writing
+// it). Its own letter there (a member killed after publishing it) finishes
+// v; another group's is copied into its own, waiting for room as any dead
+// letter does, but only while the group has finished the oldest record:
+// otherwise the letter in the slot stands for its own and v is finished
+// at once (Group.giveUp); a hole loses it (counted lapped).
+//
+// Progress: let v be the oldest record. Each protected group h that has
+// not finished v finishes or gives up on it through its own members,
+// never waiting for another group: a member holding v acks it, or its
+// lease runs out or it is Nacked and it is delivered again until it
+// reaches the limit; if h has not delivered v, a member claims it once
+// h's window allows, and every record older than v that h has not
+// finished was overwritten, so by I (and since h holds v) h finishes each
+// at once and its window opens. When every group left holding v has given
+// up on it, the first of them to come to v in a Claim publishes v's dead
+// letter over it (the rule allows it) and the head moves. A group waits
+// for room (for a dead letter or a copy) only while the oldest record is
+// held by groups that have not finished it and it has; those never wait
+// for it. So no groups wait for one another in a cycle, for any number of
+// groups and any order of giving up, and the head moves whenever the
+// members of the groups holding the oldest record claim, settle, or let
+// leases run out.
+
+// spare reports whether record v, the oldest the ring holds, may be
+// overwritten though some floor is at or below it: every protected group
+// in mask has finished v, or, for the dead letter of v published by the
+// group entry at ex (>= 0; -1 for any other publish, allow then unused),
+// gave up on it. See the rule above.
+func (r *Ring) spare(mask, v uint64, ex int, allow uint64) bool {
 	b := r.b
-	floor, pos := mem.Load64(b, g+rl.GFloor), mem.Load64(b, g+rl.GPosition)
-	if floor > pos || pos-floor > r.inFlight || pos >= rl.MaxSeq {
-		return min(floor, pos) // damaged, or moved between the two loads
-	}
-	table := r.tables + i*int(r.inFlight)*rl.PendSize
-	for s := floor; s < pos; s++ {
-		e := table + int(s%r.inFlight)*rl.PendSize
-		if s != seq && (mem.Load64(b, e+rl.PSeq) != s || mem.Load64(b, e+rl.PState)>>32 != rl.StDone) {
-			return s
+	own := ex >= 0 && v == allow
+	for m := mask; m != 0; m &= m - 1 {
+		i := bits.TrailingZeros64(m)
+		g := r.off + rl.GroupOff(i)
+		flags := mem.Load64(b, g+rl.GFlags)
+		if mem.Load64(b, g+rl.GState) != rl.GroupReady || flags&rl.FlagProtected == 0 {
+			continue
 		}
+		if r.finished(g, i, flags, v) || own && flags&rl.FlagAck != 0 && (g == ex || r.gaveUp(g, i, v)) {
+			continue
+		}
+		return false
 	}
-	return pos
+	return true
+}
+
+// finished reports whether the protected group entry at g (index i, with
+// flags) has finished record v: passed it (back-pressured), or (acking)
+// its floor is past v or v's pending entry is done. Read without the
+// group's lock, it never reports true for a record the group has not
+// finished: the floor is read before the position, an entry is written
+// before the position passes it, and an entry is reused for a later
+// record only after the floor passed v (a done state read in between is
+// v's, or the later record's after v was finished; a sequence word other
+// than v is believed only when the floor, read after it, is past v).
+func (r *Ring) finished(g, i int, flags, v uint64) bool {
+	b := r.b
+	if flags&rl.FlagAck == 0 {
+		return v < mem.Load64(b, g+rl.GPosition)
+	}
+	floor := mem.Load64(b, g+rl.GFloor)
+	if v < floor {
+		return true
+	}
+	pos := mem.Load64(b, g+rl.GPosition)
+	if v >= pos || r.inFlight == 0 || pos-floor > r.inFlight {
+		return false
+	}
+	e := r.tables + (i*int(r.inFlight)+int(v%r.inFlight))*rl.PendSize
+	s1 := mem.Load64(b, e+rl.PSeq)
+	st := mem.Load64(b, e+rl.PState)
+	if s1 == v && mem.Load64(b, e+rl.PSeq) == v {
+		return st>>32 == rl.StDone
+	}
+	return v < mem.Load64(b, g+rl.GFloor) // reused for a later record, or damaged
 }
 
 // gaveUp reports whether the acking group entry at g (index i) has
@@ -158,9 +221,20 @@ func (r *Ring) gaveUp(g, i int, seq uint64) bool {
 // hasRoom reports, without the publish lock, whether the next publish
 // would find room now.
 func (r *Ring) hasRoom() bool {
+	return r.roomFor(-1, 0)
+}
+
+// roomFor reports, without the publish lock, whether the next publish
+// would find room now, were it the dead letter of record allow by the
+// group entry at ex (-1: any other publish).
+func (r *Ring) roomFor(ex int, allow uint64) bool {
 	next := mem.Load64(r.b, r.off+rl.OffNext)
 	mask := mem.Load64(r.b, r.off+rl.OffProtected)
-	return mask == 0 || next <= r.slots || next-r.slots < r.floor(mask, -1, 0, 0)
+	if mask == 0 || next <= r.slots {
+		return true
+	}
+	v := next - r.slots
+	return v < r.floor(mask) || r.spare(mask, v, ex, allow)
 }
 
 // roomFreed wakes producers waiting for room, if any announced themselves;

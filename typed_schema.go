@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,9 +163,8 @@ func diffSchema(have, want string) string {
 
 // checkSchema records desc as map name's value type, or checks it against
 // the one recorded. With change, a different record is replaced. A
-// read-only handle only checks, and only when a record exists; so does a
-// writable one that finds no room for the record (ErrArenaFull): the
-// fingerprint is a safety net, not a condition of use.
+// writable handle that finds no room for the record gets ErrArenaFull
+// naming TypedMapBytes; a read-only one that finds no record, ErrCorrupt.
 func (a *Arena) checkSchema(name, desc string, change bool) error {
 	if len(desc) > schemaMaxLen {
 		desc = desc[:schemaMaxLen] // the fields past it go unchecked
@@ -180,14 +180,14 @@ func (a *Arena) checkSchema(name, desc string, change bool) error {
 			mem.Store64(b, o+scMagic, schemaMagic)
 		},
 	}
-	if a.readOnly && !slices.ContainsFunc(a.readyEntries(), func(e layout.Entry) bool { return e.Name == spec.name }) {
-		return nil // a map made before types were recorded: nothing to check
+	if a.readOnly && !a.hasRegion(spec.name) {
+		return fmt.Errorf("shmarena: typed map %s: %w: its value-type record (region %s) is missing", quote(name), ErrCorrupt, quote(spec.name))
 	}
 	e, err := a.region(spec)
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrArenaFull):
-		return nil
+		return fmt.Errorf("shmarena: typed map %s: no room for the record of its value type (%d bytes): size the arena with TypedMapBytes, which counts it: %w", quote(name), schemaBytes, err)
 	default:
 		return err
 	}
@@ -247,4 +247,19 @@ func (a *Arena) writeSchema(e layout.Entry, desc string) error {
 	mem.Store64(a.mem, o+scLen, uint64(len(desc)))
 	mem.Store64(a.mem, o+scSeq, (seq|1)+1)
 	return nil
+}
+
+// hasRegion reports whether the arena has a ready region named name.
+func (a *Arena) hasRegion(name string) bool {
+	return slices.ContainsFunc(a.readyEntries(), func(e layout.Entry) bool { return e.Name == name })
+}
+
+// freeBytes returns how many bytes are left to carve, as this handle sees
+// the header now (other processes may carve meanwhile).
+func (a *Arena) freeBytes() int64 {
+	if a.closed.Load() {
+		return 0
+	}
+	defer runtime.KeepAlive(a)
+	return int64(len(a.mem)) - layout.ReadHeader(a.mem).NextFree
 }

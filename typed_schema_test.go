@@ -71,7 +71,7 @@ func TestTypedMapFingerprint(t *testing.T) {
 	for _, r := range a.Regions() {
 		kinds = append(kinds, r.Kind)
 	}
-	assert.Equal(t, []RegionKind{KindMap, KindSchema}, kinds)
+	assert.Equal(t, []RegionKind{KindSchema, KindMap}, kinds, "the record is carved first")
 	found, err := a.Check()
 	require.NoError(t, err)
 	assert.Empty(t, found)

@@ -4,9 +4,13 @@ go 1.26.0
 
 replace github.com/shmarena/shmarena => ../
 
+replace github.com/shmarena/shmarena/redis => ../redis
+
 require (
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/shmarena/shmarena v0.0.0-00010101000000-000000000000
+	github.com/shmarena/shmarena/redis v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sys v0.50.0

@@ -134,6 +134,9 @@ func partName(part []porcupine.Operation) string {
 	if in, ok := part[0].Input.(mapIn); ok {
 		return "key " + in.key
 	}
+	if _, ok := part[0].Input.(ackIn); ok {
+		return "the acking group"
+	}
 	return "the ring"
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -34,20 +35,42 @@ type logRec struct {
 	Seq  uint64 `json:"seq,omitempty"` // Publish, Claim
 	Busy bool   `json:"busy,omitempty"`
 	Err  string `json:"err,omitempty"`
+	// The acking group's operations.
+	Max  int      `json:"max,omitempty"`  // Claim's max
+	Recs []ackRec `json:"rs,omitempty"`   // Ack, Nack, Extend: the records; Claim: those returned
+	Outs [][]byte `json:"outs,omitempty"` // Claim: their payloads
+	Dur  int64    `json:"du,omitempty"`   // Nack's delay, Extend's lease (ns)
+	Lost bool     `json:"lost,omitempty"` // ErrLeaseLost
 }
 
 const (
 	opPublish = "Publish"
 	opClaim   = "Claim"
+	// On the acking group's ring.
+	opAPublish = "PublishWait"
+	opAClaim   = "ClaimAck"
+	opAAck     = "Ack"
+	opANack    = "Nack"
+	opAExtend  = "Extend"
 )
+
+func isAckOp(op string) bool {
+	switch op {
+	case opAPublish, opAClaim, opAAck, opANack, opAExtend:
+		return true
+	}
+	return false
+}
 
 // A history is what one round's workers did, ready for the checker.
 type history struct {
 	mapOps, ringOps []porcupine.Operation
-	ops             int // operations invoked
-	unknown         int // ... whose worker died before they returned
-	droppedReads    int // ... of which reads, left out: they changed nothing and returned nothing
-	busyReads       int // reads that reported a miss while Busy moved
+	ackOps          []porcupine.Operation
+	lasts           []int64 // per client, the latest time in its log
+	ops             int     // operations invoked
+	unknown         int     // ... whose worker died before they returned
+	droppedReads    int     // ... of which reads, left out: they changed nothing and returned nothing
+	busyReads       int     // reads that reported a miss while Busy moved
 }
 
 // loadHistory reads the logs of a round, one per worker incarnation
@@ -77,6 +100,7 @@ func loadHistory(logs []string) (*history, error) {
 	for i, p := range parts {
 		h.mapOps = append(h.mapOps, p.mapOps...)
 		h.ringOps = append(h.ringOps, p.ringOps...)
+		h.ackOps = append(h.ackOps, p.ackOps...)
 		h.ops += p.ops
 		h.unknown += p.unknown
 		h.droppedReads += p.droppedReads
@@ -87,7 +111,8 @@ func loadHistory(logs []string) (*history, error) {
 	// at any time after its call (a recoverer may even finish its effect,
 	// making a half-written slot absent, after the death), so it returns
 	// after everything, as etcd's robustness tests do.
-	for _, ops := range [][]porcupine.Operation{h.mapOps, h.ringOps} {
+	h.lasts = lasts
+	for _, ops := range [][]porcupine.Operation{h.mapOps, h.ringOps, h.ackOps} {
 		for i := range ops {
 			if unknownOut(ops[i].Output) {
 				ops[i].Return = last + 1
@@ -130,8 +155,18 @@ func readLog(path string, client int) (*history, int64, error) {
 		}
 		h.ops++
 		op := porcupine.Operation{ClientId: client, Call: c.T, Return: r.T}
-		switch c.Op {
-		case opPublish, opClaim:
+		switch {
+		case isAckOp(c.Op):
+			op.Input = ackIn{op: c.Op, max: c.Max, recs: encRecs(c.Recs), dur: c.Dur, call: c.T, till: r.T, client: client, payload: string(c.Val)}
+			if !returned {
+				op.Input = ackIn{op: c.Op, max: c.Max, recs: encRecs(c.Recs), dur: c.Dur, call: c.T, till: math.MaxInt64, client: client, payload: string(c.Val)}
+			}
+			out := ackOut{unknown: !returned, seq: r.Seq, recs: encRecs(r.Recs), lost: r.Lost, err: r.Err}
+			for _, p := range r.Outs {
+				out.pays = append(out.pays, string(p))
+			}
+			op.Output = out
+		case c.Op == opPublish || c.Op == opClaim:
 			op.Input = ringIn{publish: c.Op == opPublish, payload: string(c.Val)}
 			op.Output = ringOut{unknown: !returned, seq: r.Seq, payload: string(r.Out), err: r.Err}
 		default:
@@ -148,7 +183,9 @@ func readLog(path string, client int) (*history, int64, error) {
 				continue
 			}
 		}
-		if c.Op == opPublish || c.Op == opClaim {
+		if isAckOp(c.Op) {
+			h.ackOps = append(h.ackOps, op)
+		} else if c.Op == opPublish || c.Op == opClaim {
 			h.ringOps = append(h.ringOps, op)
 		} else {
 			h.mapOps = append(h.mapOps, op)
@@ -162,6 +199,8 @@ func unknownOut(out any) bool {
 	case mapOut:
 		return o.unknown
 	case ringOut:
+		return o.unknown
+	case ackOut:
 		return o.unknown
 	}
 	return false

@@ -27,7 +27,7 @@ func config(t *testing.T, bin string) (roundConfig, int) {
 	// Short rounds: porcupine's cost grows faster than a key's history,
 	// so many short histories check faster than a few long ones.
 	cfg := roundConfig{bin: bin, workers: 6, dur: 2 * time.Second, kills: 3}
-	rounds := 5
+	rounds := 4
 	if *long {
 		cfg.dur, cfg.kills, rounds = 3*time.Second, 6, 40
 	}
@@ -63,7 +63,7 @@ type summary struct {
 	rounds, histories, partitions int
 	ops, unknown, droppedReads    int
 	busyReads, kills, nsWorkers   int
-	incarnations                  int
+	incarnations, ackOps          int
 	checkTime, loadTime           time.Duration
 	failures                      []string
 	firstFailure                  time.Duration // from the start of the first round
@@ -105,11 +105,13 @@ func runRounds(t *testing.T, cfg roundConfig, n int, stopAtFailure bool, out str
 		}
 		logs := filepath.Join(out, fmt.Sprintf("round%02d-logs", i)) // where a failed round's logs go
 		start := time.Now()
+		ackModel := ackParamsFor(rd, h).model()
+		s.ackOps += len(h.ackOps)
 		for _, c := range []struct {
 			name  string
 			model porcupine.Model
 			ops   []porcupine.Operation
-		}{{"map", mapModel, h.mapOps}, {"ring", ringModel, h.ringOps}} {
+		}{{"map", mapModel, h.mapOps}, {"ring", ringModel, h.ringOps}, {"ack", ackModel, h.ackOps}} {
 			v, err := check(c.model, c.ops, out, fmt.Sprintf("round%02d-%s", i, c.name))
 			require.NoError(t, err)
 			s.histories++
@@ -127,6 +129,9 @@ func runRounds(t *testing.T, cfg roundConfig, n int, stopAtFailure bool, out str
 		}
 		for _, p := range checkPayloads(h.ringOps) {
 			fail("ring: %s", p)
+		}
+		for _, p := range checkAckPayloads(h.ackOps) {
+			fail("acking group: %s", p)
 		}
 		if dead := deadPublishes(h.ringOps); rd.abandoned > uint64(dead) {
 			fail("ring: %d records abandoned, but only %d Publish calls were killed", rd.abandoned, dead)
@@ -154,8 +159,8 @@ func deadPublishes(ops []porcupine.Operation) int {
 }
 
 func (s *summary) report(t *testing.T) {
-	t.Logf("%d rounds: %d histories (%d partitions: keys and rings) checked, %d operations, %d killed mid-operation (%d of them reads, left out), %d busy reads; %d kills, %d worker processes (%d in PID namespaces); checker time %v (reading the logs %v)",
-		s.rounds, s.histories, s.partitions, s.ops, s.unknown, s.droppedReads, s.busyReads, s.kills, s.incarnations, s.nsWorkers, s.checkTime.Round(time.Millisecond), s.loadTime.Round(time.Millisecond))
+	t.Logf("%d rounds: %d histories (%d partitions: keys, rings, acking groups) checked, %d operations (%d on the acking group), %d killed mid-operation (%d of them reads, left out), %d busy reads; %d kills, %d worker processes (%d in PID namespaces); checker time %v (reading the logs %v)",
+		s.rounds, s.histories, s.partitions, s.ops, s.ackOps, s.unknown, s.droppedReads, s.busyReads, s.kills, s.incarnations, s.nsWorkers, s.checkTime.Round(time.Millisecond), s.loadTime.Round(time.Millisecond))
 }
 
 // TestLinearizable records rounds of multi-process histories with kills
@@ -177,15 +182,26 @@ func TestLinearizable(t *testing.T) {
 // lincheck_broken.go), and requires the checker to find a history that is
 // not linearizable within the default run's rounds.
 func TestBrokenBuildIsCaught(t *testing.T) {
+	caughtWithTag(t, "shmarena_broken", "a CompareAndSwap that compares outside the stripe lock")
+}
+
+// TestBrokenAckIsCaught builds the workers with the shmarena_broken_ack
+// tag, whose Ack finishes a record whoever holds its lease (see the core's
+// lincheck_broken_ack.go), and requires the checker to catch it.
+func TestBrokenAckIsCaught(t *testing.T) {
+	caughtWithTag(t, "shmarena_broken_ack", "an Ack that ignores who holds the lease")
+}
+
+func caughtWithTag(t *testing.T, tag, what string) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go command is not on PATH: cannot build the broken workers")
 	}
 	bin := filepath.Join(t.TempDir(), "lincheck-broken.test")
 	start := time.Now()
-	out, err := exec.Command(goBin, "test", "-c", "-tags", "shmarena_broken", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command(goBin, "test", "-c", "-tags", tag, "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	t.Logf("built the broken workers in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("built the broken workers (%s) in %v", tag, time.Since(start).Round(time.Millisecond))
 	cfg, _ := config(t, bin)
 	const rounds = 3
 	// The failure is expected: its visualization and logs go where the
@@ -196,6 +212,6 @@ func TestBrokenBuildIsCaught(t *testing.T) {
 	}
 	s := runRounds(t, cfg, rounds, true, dest)
 	s.report(t)
-	require.NotEmpty(t, s.failures, "a CompareAndSwap that compares outside the stripe lock went unnoticed for %d rounds", s.rounds)
+	require.NotEmpty(t, s.failures, "%s went unnoticed for %d rounds", what, s.rounds)
 	t.Logf("caught %v after the first round began (round %d of at most %d): %s", s.firstFailure.Round(time.Millisecond), s.rounds, rounds, strings.Join(s.failures, "; "))
 }

@@ -1,13 +1,16 @@
 package lincheck
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shmarena/shmarena"
 	"golang.org/x/sys/unix"
@@ -49,13 +52,34 @@ const (
 	ringSlots    = 1 << 16
 	ringSlotSize = 64
 	maxPayload   = 40 // ringSlotSize - 24
+
+	// The acking group's ring: large enough never to fill in a round (the
+	// model does not cover a full ring; the core's tests do), with a small
+	// pending table so the window limits claims, and a lease short enough
+	// to run out between a worker's operations.
+	ackRingName  = "ra"
+	ackGroupName = "ga"
+	ackSlots     = 1 << 14
+	ackInFlight  = 8
+	ackLease     = 30 * time.Millisecond
+	ackMaxDeliv  = 3
 )
 
+func ackRingOpts() []shmarena.RegionOption {
+	return []shmarena.RegionOption{shmarena.WithSlots(ackSlots), shmarena.WithSlotSize(ringSlotSize), shmarena.WithMaxInFlight(ackInFlight)}
+}
+
+func ackGroupOpts() []shmarena.ReaderOption {
+	return []shmarena.ReaderOption{shmarena.WithTopic("job"), shmarena.WithAck(ackLease), shmarena.WithMaxDeliveries(ackMaxDeliv), shmarena.WithDeadLetter("dl")}
+}
+
 type regions struct {
-	a     *shmarena.Arena
-	maps  []*shmarena.Map
-	ring  *shmarena.Ring
-	group *shmarena.Group
+	a        *shmarena.Arena
+	maps     []*shmarena.Map
+	ring     *shmarena.Ring
+	group    *shmarena.Group
+	ackRing  *shmarena.Ring
+	ackGroup *shmarena.Group
 }
 
 func mapOpts(slotSize int) []shmarena.RegionOption {
@@ -84,7 +108,11 @@ func openRegions(path string, create bool) (*regions, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, shmarena.WithSize(size+n))
+		na, err := shmarena.RingBytes(ackRingOpts()...)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, shmarena.WithSize(size+n+na))
 	}
 	a, err := shmarena.Open(path, opts...)
 	if err != nil {
@@ -102,6 +130,12 @@ func openRegions(path string, create bool) (*regions, error) {
 	if r.ring, err = a.Ring(ringName, ringOpts()...); err == nil {
 		r.group, err = r.ring.Group(groupName)
 	}
+	if err == nil {
+		r.ackRing, err = a.Ring(ackRingName, ackRingOpts()...)
+	}
+	if err == nil {
+		r.ackGroup, err = r.ackRing.Group(ackGroupName, ackGroupOpts()...)
+	}
 	if err != nil {
 		_ = a.Close()
 		return nil, err
@@ -118,6 +152,8 @@ type recorder struct {
 	id     int
 	seen   map[string]string // per key, the last value this worker saw there
 	line   []byte
+	held   []shmarena.Record // leases from the acking group, not yet settled
+	picked []shmarena.Record // those an Ack, Nack or Extend settles now
 }
 
 func newRecorder(r *regions, client int, seed uint64, logPath string) (*recorder, error) {
@@ -148,6 +184,7 @@ var opWeights = []struct {
 	{opLoad, 18}, {opCounter, 6}, {opStore, 9}, {opDelete, 4}, {opLoadOrStore, 5},
 	{opLoadAndDelete, 4}, {opSwap, 6}, {opCAS, 13}, {opCAD, 5}, {opAdd, 12},
 	{opPublish, 8}, {opClaim, 10},
+	{opAPublish, 8}, {opAClaim, 8}, {opAAck, 6}, {opANack, 2}, {opAExtend, 1},
 }
 
 func (w *recorder) pickOp() string {
@@ -214,6 +251,39 @@ func (w *recorder) step() error {
 		p := fmt.Sprintf("p%d.%d", w.client, w.id)
 		c.Val = []byte(p + strings.Repeat("y", w.rng.IntN(maxPayload-len(p)+1)))
 	case opClaim:
+	case opAPublish:
+		p := fmt.Sprintf("a%d.%d", w.client, w.id)
+		c.Val = []byte(p + strings.Repeat("z", w.rng.IntN(maxPayload-len("job")-len(p)+1)))
+	case opAClaim:
+		c.Max = w.rng.IntN(4)
+	case opAAck, opANack, opAExtend:
+		if len(w.held) == 0 {
+			c.Op, c.Max = opAClaim, w.rng.IntN(4)
+			break
+		}
+		if w.rng.IntN(20) == 0 { // let the leases run out now and then
+			time.Sleep(time.Duration(w.rng.Int64N(int64(2 * ackLease))))
+		}
+		n := 1
+		if c.Op == opAAck {
+			n = 1 + w.rng.IntN(min(2, len(w.held)))
+		}
+		for range n {
+			k := w.rng.IntN(len(w.held))
+			c.Recs = append(c.Recs, ackRec{Seq: w.held[k].Seq, Deliv: w.held[k].Deliveries})
+			w.picked = append(w.picked, w.held[k])
+			if c.Op != opAExtend {
+				w.held = slices.Delete(w.held, k, k+1)
+			} else {
+				break
+			}
+		}
+		switch c.Op {
+		case opANack:
+			c.Dur = w.rng.Int64N(int64(20 * time.Millisecond))
+		case opAExtend:
+			c.Dur = int64(ackLease) + w.rng.Int64N(int64(ackLease))
+		}
 	default:
 		i := w.rng.IntN(len(w.maps))
 		m, key = w.maps[i], "k"+strconv.Itoa(w.rng.IntN(keysPerMap))
@@ -267,6 +337,32 @@ func (w *recorder) do(c *logRec, m *shmarena.Map, key string) error {
 		r.N, err = m.Add(key, c.D)
 	case opPublish:
 		r.Seq, err = w.ring.Publish("", c.Val)
+	case opAPublish:
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		r.Seq, err = w.ackRing.PublishWait(ctx, "job", c.Val)
+		cancel()
+	case opAClaim:
+		for _, rec := range w.ackGroup.Claim(c.Max) {
+			r.Recs = append(r.Recs, ackRec{Seq: rec.Seq, Deliv: rec.Deliveries})
+			r.Outs = append(r.Outs, rec.Payload)
+			w.held = append(w.held, rec)
+		}
+		if len(w.held) > 6 { // left to run out
+			w.held = slices.Delete(w.held, 0, len(w.held)-6)
+		}
+	case opAAck, opANack, opAExtend:
+		switch c.Op {
+		case opAAck:
+			err = w.ackGroup.Ack(w.picked...)
+		case opANack:
+			err = w.ackGroup.Nack(w.picked[0], time.Duration(c.Dur))
+		default:
+			err = w.ackGroup.Extend(w.picked[0], time.Duration(c.Dur))
+		}
+		w.picked = w.picked[:0]
+		if errors.Is(err, shmarena.ErrLeaseLost) {
+			r.Lost, err = true, nil
+		}
 	case opClaim:
 		switch recs := w.group.Claim(1); len(recs) {
 		case 0:

@@ -37,6 +37,7 @@ type round struct {
 	incarnations int
 	lapped       uint64
 	abandoned    uint64
+	ended        map[int]int64 // per worker incarnation (client), when the supervisor saw it end
 }
 
 // nsWrap is how a worker is started in a PID namespace of its own, with
@@ -57,6 +58,7 @@ func nsUsable() (bool, string) {
 }
 
 type incarnation struct {
+	client int
 	cmd    *exec.Cmd
 	out    bytes.Buffer
 	done   chan error
@@ -72,7 +74,7 @@ func runRound(cfg roundConfig, dir string, seed uint64) (*round, error) {
 	}
 	defer regs.a.Close()
 	rng := rand.New(rand.NewPCG(seed, 0))
-	rd := &round{}
+	rd := &round{ended: map[int]int64{}}
 	deadline := mono() + cfg.dur.Nanoseconds()
 	slots := make([]*incarnation, cfg.workers)
 	start := func(slot int) error {
@@ -83,7 +85,7 @@ func runRound(cfg roundConfig, dir string, seed uint64) (*round, error) {
 			args = append(slices.Clone(nsWrap), args...)
 			rd.nsWorkers++
 		}
-		inc := &incarnation{cmd: exec.Command(args[0], args[1:]...), done: make(chan error, 1)}
+		inc := &incarnation{client: client, cmd: exec.Command(args[0], args[1:]...), done: make(chan error, 1)}
 		inc.cmd.Env = append(os.Environ(),
 			envRole+"=worker", envArena+"="+path, envLog+"="+rd.logs[client],
 			envClient+"="+strconv.Itoa(client), envDeadline+"="+strconv.FormatInt(deadline, 10),
@@ -122,6 +124,7 @@ func runRound(cfg roundConfig, dir string, seed uint64) (*round, error) {
 		inc := slots[slot]
 		kerr := syscall.Kill(-inc.cmd.Process.Pid, syscall.SIGKILL)
 		werr := <-inc.done
+		rd.ended[inc.client] = mono()
 		if kerr != nil { // it had ended: say how
 			errs = append(errs, fmt.Errorf("worker %v ended before the round did (%v): %v\n%s", inc.cmd.Args, kerr, werr, inc.out.String()))
 			break
@@ -142,12 +145,14 @@ func runRound(cfg roundConfig, dir string, seed uint64) (*round, error) {
 		}
 		select {
 		case err := <-inc.done:
+			rd.ended[inc.client] = mono()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("worker %v: %w\n%s", inc.cmd.Args, err, inc.out.String()))
 			}
 		case <-limit:
 			_ = syscall.Kill(-inc.cmd.Process.Pid, syscall.SIGKILL)
 			<-inc.done
+			rd.ended[inc.client] = mono()
 			errs = append(errs, fmt.Errorf("worker %v still running 30 s after the round's end\n%s", inc.cmd.Args, inc.out.String()))
 		}
 	}
@@ -159,6 +164,9 @@ func runRound(cfg roundConfig, dir string, seed uint64) (*round, error) {
 	}
 	st := regs.group.Stats()
 	rd.lapped, rd.abandoned = st.Lapped, st.Abandoned
+	if st := regs.ackGroup.Stats(); st.Pending != 0 || st.Lapped != 0 {
+		return nil, fmt.Errorf("the acking group after the final claims: %+v", st)
+	}
 	return rd, nil
 }
 
@@ -193,8 +201,43 @@ func finalReads(regs *regions, rd *round, dir string, seed uint64) error {
 			// One more, empty: the model checks nothing was left.
 			w.id++
 			c := logRec{Ev: "call", ID: w.id, Op: opClaim}
-			return w.do(&c, nil, "")
+			if err := w.do(&c, nil, ""); err != nil {
+				return err
+			}
+			return finalAckReads(w, regs)
 		}
 	}
 	return fmt.Errorf("the group still has records after %d claims", ringSlots)
+}
+
+// finalAckReads claims and acks, as the same client, every record left in
+// the acking group (leases of dead workers, records Nacked with a delay),
+// then logs one more claim, empty: the model checks nothing was left.
+func finalAckReads(w *recorder, regs *regions) error {
+	for start := time.Now(); time.Since(start) < 10*time.Second; {
+		w.id++
+		c := logRec{Ev: "call", ID: w.id, Op: opAClaim, Max: 6} // all kept (see do)
+		if err := w.do(&c, nil, ""); err != nil {
+			return err
+		}
+		if len(w.held) > 0 {
+			w.id++
+			c := logRec{Ev: "call", ID: w.id, Op: opAAck}
+			for _, rec := range w.held {
+				c.Recs = append(c.Recs, ackRec{Seq: rec.Seq, Deliv: rec.Deliveries})
+			}
+			w.picked, w.held = append(w.picked[:0], w.held...), w.held[:0]
+			if err := w.do(&c, nil, ""); err != nil {
+				return err
+			}
+			continue
+		}
+		if st := regs.ackGroup.Stats(); st.Pending == 0 && st.Position == regs.ackRing.Head() {
+			w.id++
+			c := logRec{Ev: "call", ID: w.id, Op: opAClaim}
+			return w.do(&c, nil, "")
+		}
+		time.Sleep(5 * time.Millisecond) // a Nack's delay, or a dead lease noticed
+	}
+	return fmt.Errorf("the acking group still has records after 10 s: %+v", regs.ackGroup.Stats())
 }

@@ -14,9 +14,22 @@
 // so exports, the same numbers. When several workers of one arena are
 // scraped, aggregate with max (or pick one instance), never sum:
 //
-//	max by (region) (rate(shmarena_map_expired_total[5m]))
+//	max by (arena, region) (rate(shmarena_map_expired_total[5m]))
 //
-// Metrics (region and, for groups, group labels; counters end in _total):
+// Every metric carries an arena label, the arena file's base name by
+// default, so one process can serve several arenas: register one
+// collector per arena. WithArenaLabel sets the value; WithArenaLabel("")
+// leaves the label out, for a registry that adds its own, as
+// prometheus.WrapRegistererWith does:
+//
+//	reg := prometheus.WrapRegistererWith(prometheus.Labels{"arena": "sessions"}, registry)
+//	reg.MustRegister(prometheus.NewCollector(arena, prometheus.WithArenaLabel("")))
+//
+// A cache's hit ratio, from MapStats.Hits and Misses:
+//
+//	rate(shmarena_map_hits_total[5m]) / (rate(shmarena_map_hits_total[5m]) + rate(shmarena_map_misses_total[5m]))
+//
+// Metrics (arena, region and, for groups, group labels; counters end in _total):
 //
 //	shmarena_size_bytes, shmarena_used_bytes, shmarena_processes      gauges
 //	shmarena_file_removed, shmarena_file_truncated   gauges, 1 when the file was
@@ -35,6 +48,7 @@
 package prometheus
 
 import (
+	"path/filepath"
 	"reflect"
 	"strings"
 	"unicode"
@@ -71,31 +85,66 @@ type groupMetric struct {
 	value func(g shmarena.GroupStats) float64
 }
 
+// An Option configures NewCollector.
+type Option func(*config)
+
+type config struct {
+	arena    string
+	arenaSet bool
+}
+
+// WithArenaLabel sets the value of the arena label every metric carries
+// (default: the base name of the arena's file, or "memfd" for an arena
+// without a path). An empty value leaves the label out, for a registerer
+// that adds its own (prometheus.WrapRegistererWith). Two collectors in
+// one registry need different values, or registration fails as a
+// duplicate.
+func WithArenaLabel(value string) Option {
+	return func(c *config) { c.arena, c.arenaSet = value, true }
+}
+
 // NewCollector returns a collector of a's statistics (every region's,
 // every ring's groups included). It only reads, so a may be ReadOnly.
 // After a's Close a scrape reports shmarena_scrape_errors 1 and nothing
 // else.
-func NewCollector(a *shmarena.Arena) *Collector {
+func NewCollector(a *shmarena.Arena, opts ...Option) *Collector {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !cfg.arenaSet {
+		cfg.arena = "memfd"
+		if a.Path() != "" {
+			cfg.arena = filepath.Base(a.Path())
+		}
+	}
+	var constLabels prometheus.Labels
+	if cfg.arena != "" {
+		constLabels = prometheus.Labels{"arena": cfg.arena}
+	}
+	desc := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, constLabels)
+	}
 	c := &Collector{
 		a:     a,
-		size:  prometheus.NewDesc("shmarena_size_bytes", "The arena file's size.", nil, nil),
-		used:  prometheus.NewDesc("shmarena_used_bytes", "Bytes carved into regions, the header included.", nil, nil),
-		procs: prometheus.NewDesc("shmarena_processes", "Handles attached to the arena (read-only ones not counted).", nil, nil),
-		probe: prometheus.NewDesc("shmarena_map_longest_probe_slots", "Longest distance any insert went from a key's home slot.", []string{"region"}, nil),
-		removed: prometheus.NewDesc("shmarena_file_removed", "1 when the arena's file was removed, or its path names another file now: "+
-			"processes still attached share no data with those that open the path (Stats.Removed).", nil, nil),
-		truncated: prometheus.NewDesc("shmarena_file_truncated", "1 when another process shrank the arena's file: its regions are gone "+
-			"(Stats.Truncated).", nil, nil),
-		errors: prometheus.NewDesc("shmarena_scrape_errors", "1 when the last scrape could not read every region (a closed arena, a damaged ring).", nil, nil),
+		size:  desc("shmarena_size_bytes", "The arena file's size.", nil),
+		used:  desc("shmarena_used_bytes", "Bytes carved into regions, the header included.", nil),
+		procs: desc("shmarena_processes", "Handles attached to the arena (read-only ones not counted).", nil),
+		probe: desc("shmarena_map_longest_probe_slots", "Longest distance any insert went from a key's home slot.", []string{"region"}),
+		removed: desc("shmarena_file_removed", "1 when the arena's file was removed, or its path names another file now: "+
+			"processes still attached share no data with those that open the path (Stats.Removed).", nil),
+		truncated: desc("shmarena_file_truncated", "1 when another process shrank the arena's file: its regions are gone "+
+			"(Stats.Truncated).", nil),
+		errors: desc("shmarena_scrape_errors", "1 when the last scrape could not read every region (a closed arena, a damaged ring).", nil),
 	}
-	c.mapFields = fields("shmarena_map_", reflect.TypeFor[shmarena.MapStats](), []string{"region"})
-	c.ringFields = fields("shmarena_ring_", reflect.TypeFor[shmarena.RingStats](), []string{"region"})
+	c.mapFields = fields("shmarena_map_", reflect.TypeFor[shmarena.MapStats](), []string{"region"}, constLabels)
+	c.ringFields = fields("shmarena_ring_", reflect.TypeFor[shmarena.RingStats](), []string{"region"}, constLabels)
 	lbl := []string{"region", "group", "topic"}
 	gauge := func(name, help string, f func(g shmarena.GroupStats) float64) groupMetric {
-		return groupMetric{prometheus.NewDesc("shmarena_group_"+name, help, lbl, nil), prometheus.GaugeValue, f}
+		return groupMetric{desc("shmarena_group_"+name, help, lbl), prometheus.GaugeValue, f}
 	}
 	counter := func(name, help string, f func(g shmarena.GroupStats) uint64) groupMetric {
-		return groupMetric{prometheus.NewDesc("shmarena_group_"+name+"_total", help, lbl, nil), prometheus.CounterValue,
+		return groupMetric{desc("shmarena_group_"+name+"_total", help, lbl), prometheus.CounterValue,
 			func(g shmarena.GroupStats) float64 { return float64(f(g)) }}
 	}
 	c.groups = []groupMetric{
@@ -117,7 +166,7 @@ func NewCollector(a *shmarena.Arena) *Collector {
 // fields makes a metric of every integer field of a Stats struct: signed
 // ones are gauges, unsigned ones counters (the convention of MapStats and
 // RingStats), so a field a later version adds is exported too.
-func fields(prefix string, t reflect.Type, labels []string) []field {
+func fields(prefix string, t reflect.Type, labels []string, constLabels prometheus.Labels) []field {
 	var out []field
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -142,7 +191,7 @@ func fields(prefix string, t reflect.Type, labels []string) []field {
 		if strings.HasPrefix(prefix, "shmarena_ring_") {
 			help = "RingStats." + f.Name + " (see the shmarena package documentation)."
 		}
-		out = append(out, field{index: i, typ: typ, desc: prometheus.NewDesc(name, help, labels, nil)})
+		out = append(out, field{index: i, typ: typ, desc: prometheus.NewDesc(name, help, labels, constLabels)})
 	}
 	return out
 }

@@ -39,7 +39,7 @@ func live(t *testing.T) (w, ro *shmarena.Arena, m *shmarena.Map, r *shmarena.Rin
 
 func TestCollectorReadsAtScrapeTime(t *testing.T) {
 	_, ro, m, r, g := live(t)
-	c := NewCollector(ro)
+	c := NewCollector(ro, WithArenaLabel(""))
 	require.NoError(t, m.Store("a", []byte("1")))
 	require.NoError(t, m.Store("b", []byte("2")))
 	m.Delete("b")
@@ -107,7 +107,7 @@ shmarena_scrape_errors 0
 
 func TestCollectorAfterClose(t *testing.T) {
 	_, ro, _, _, _ := live(t)
-	c := NewCollector(ro)
+	c := NewCollector(ro, WithArenaLabel(""))
 	require.NoError(t, ro.Close())
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(`
 # HELP shmarena_scrape_errors 1 when the last scrape could not read every region (a closed arena, a damaged ring).
@@ -125,6 +125,34 @@ func collectOnly(c prometheus.Collector, out chan<- prometheus.Metric, name stri
 			out <- m
 		}
 	}
+}
+
+// Two arenas in one registry: their collectors differ by the arena label,
+// and two collectors with one label are refused as duplicates.
+func TestCollectorsOfTwoArenasInOneRegistry(t *testing.T) {
+	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
+	var arenas []*shmarena.Arena
+	for _, name := range []string{"a1", "a2"} {
+		a, err := shmarena.Open(filepath.Join(dir, name), shmarena.WithSize(1<<20))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = a.Close() })
+		arenas = append(arenas, a)
+		require.NoError(t, reg.Register(NewCollector(a)))
+	}
+	require.Error(t, reg.Register(NewCollector(arenas[0], WithArenaLabel("a2"))), "a second collector with label a2")
+	require.NoError(t, reg.Register(NewCollector(arenas[0], WithArenaLabel("again"))))
+	n, err := testutil.GatherAndCount(reg, "shmarena_size_bytes")
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	err = testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP shmarena_processes Handles attached to the arena (read-only ones not counted).
+# TYPE shmarena_processes gauge
+shmarena_processes{arena="a1"} 1
+shmarena_processes{arena="a2"} 1
+shmarena_processes{arena="again"} 1
+`), "shmarena_processes")
+	require.NoError(t, err)
 }
 
 // scrape gathers c through a pedantic registry and returns each sample's

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	shmprom "github.com/shmarena/shmarena/prometheus"
 
 	"github.com/shmarena/shmarena"
@@ -14,7 +16,8 @@ import (
 // A sidecar that exports an arena's counters: it attaches read-only and
 // registers one collector; serve the registry with promhttp.HandlerFor as
 // usual. Dashboards aggregate with max, not sum: every process of the
-// arena exports the same file-wide figures.
+// arena exports the same file-wide figures. Every metric has an arena
+// label, the file's base name.
 func ExampleNewCollector() {
 	dir, _ := os.MkdirTemp("", "shmarena-example")
 	defer os.RemoveAll(dir)
@@ -36,9 +39,52 @@ func ExampleNewCollector() {
 	for _, f := range families {
 		if f.GetName() == "shmarena_map_used" {
 			for _, m := range f.GetMetric() {
-				fmt.Println(f.GetName(), m.GetLabel()[0].GetValue(), m.GetGauge().GetValue())
+				fmt.Println(f.GetName(), labels(m.GetLabel()), m.GetGauge().GetValue())
 			}
 		}
 	}
-	// Output: shmarena_map_used sessions 1
+	// Output: shmarena_map_used arena=arena region=sessions 1
+}
+
+// One process serving two arenas: one collector each, told apart by their
+// arena labels (here the files' base names, "cache" and "queue").
+func ExampleWithArenaLabel() {
+	dir, _ := os.MkdirTemp("", "shmarena-example")
+	defer os.RemoveAll(dir)
+	reg := prometheus.NewRegistry()
+	for _, name := range []string{"cache", "queue"} {
+		a, err := shmarena.Open(filepath.Join(dir, name), shmarena.WithSize(1<<20))
+		if err != nil {
+			panic(err)
+		}
+		defer a.Close()
+		reg.MustRegister(shmprom.NewCollector(a))
+	}
+	// The alternative: no arena label from the collector, one from the
+	// registerer.
+	c, _ := shmarena.Open(filepath.Join(dir, "other"), shmarena.WithSize(1<<20))
+	defer c.Close()
+	prometheus.WrapRegistererWith(prometheus.Labels{"arena": "third"}, reg).
+		MustRegister(shmprom.NewCollector(c, shmprom.WithArenaLabel("")))
+
+	families, _ := reg.Gather()
+	for _, f := range families {
+		if f.GetName() == "shmarena_size_bytes" {
+			for _, m := range f.GetMetric() {
+				fmt.Println(f.GetName(), labels(m.GetLabel()), m.GetGauge().GetValue())
+			}
+		}
+	}
+	// Output:
+	// shmarena_size_bytes arena=cache 1.048576e+06
+	// shmarena_size_bytes arena=queue 1.048576e+06
+	// shmarena_size_bytes arena=third 1.048576e+06
+}
+
+func labels(ls []*dto.LabelPair) string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.GetName()+"="+l.GetValue())
+	}
+	return strings.Join(out, " ")
 }

@@ -13,7 +13,7 @@ import (
 // can fire on it.
 func TestCollectorReportsRemovedAndTruncatedFile(t *testing.T) {
 	w, ro, _, _, _ := live(t)
-	c := NewCollector(ro)
+	c := NewCollector(ro, WithArenaLabel(""))
 	const metrics = `
 # HELP shmarena_file_removed 1 when the arena's file was removed, or its path names another file now: processes still attached share no data with those that open the path (Stats.Removed).
 # TYPE shmarena_file_removed gauge

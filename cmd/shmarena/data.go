@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -64,10 +65,14 @@ func runKeys(e *env, fs *flag.FlagSet, args []string) error {
 		keys = append(keys, k)
 	}
 	if e.json {
-		return e.printJSON(struct {
-			Keys      []string
+		out := struct {
+			Keys      []keyJSON
 			Truncated bool
-		}{keys, more})
+		}{Keys: []keyJSON{}, Truncated: more}
+		for _, k := range keys {
+			out.Keys = append(out.Keys, jsonKey(k))
+		}
+		return e.printJSON(out)
 	}
 	for _, k := range keys {
 		fmt.Fprintln(e.stdout, showBytes([]byte(k)))
@@ -132,13 +137,48 @@ func read(m *shmarena.Map, key string) (entry, bool) {
 	return e, true
 }
 
+// keyJSON is a key in JSON output: Key when it is UTF-8 text, else its
+// bytes in KeyBase64 (as dump writes it; get, del, set, ttl and incr take
+// it back with --base64).
+type keyJSON struct {
+	Key       *string `json:"key,omitempty"`
+	KeyBase64 []byte  `json:"key_base64,omitempty"`
+}
+
+func jsonKey(k string) keyJSON {
+	if utf8.ValidString(k) {
+		return keyJSON{Key: &k}
+	}
+	return keyJSON{KeyBase64: []byte(k)}
+}
+
+// keyFlags are the flags of the subcommands that name one key.
+func keyFlags(fs *flag.FlagSet) {
+	fs.Bool("base64", false, "KEY is base64, as keys --json and dump print a key that is not UTF-8")
+}
+
+// keyArg returns the KEY argument, decoded with --base64.
+func keyArg(fs *flag.FlagSet, arg string) (string, error) {
+	if !flagBool(fs, "base64") {
+		return arg, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(arg)
+	if err != nil {
+		return "", fmt.Errorf("shmarena: --base64: key %q: %w", arg, err)
+	}
+	return string(b), nil
+}
+
 func runGet(e *env, fs *flag.FlagSet, args []string) error {
+	key, err := keyArg(fs, args[2])
+	if err != nil {
+		return err
+	}
 	a, m, typed, err := openMap(args[0], args[1], false)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	key := args[2]
 	en, ok := read(m, key)
 	if !ok {
 		fmt.Fprintf(e.stderr, "shmarena get: map %q has no key %q (or it lapsed)\n", args[1], key)
@@ -152,13 +192,16 @@ func runGet(e *env, fs *flag.FlagSet, args []string) error {
 	}
 	if e.json {
 		out := struct {
-			Key     string
+			keyJSON
 			Value   []byte
-			Text    *string `json:",omitempty"`
-			Counter *int64  `json:",omitempty"`
-			Decoded any     `json:",omitempty"`
-			TTLms   int64   `json:"TTLms,omitempty"`
-		}{Key: key, Value: en.value, Counter: en.counter, Decoded: decoded, TTLms: en.ttl.Milliseconds()}
+			Text    *string        `json:",omitempty"`
+			Counter *int64         `json:",omitempty"`
+			Decoded any            `json:",omitempty"`
+			TTL     *time.Duration // null: no deadline
+		}{keyJSON: jsonKey(key), Value: en.value, Counter: en.counter, Decoded: decoded}
+		if en.ttl > 0 {
+			out.TTL = &en.ttl
+		}
 		if printable(en.value) && !typed && en.counter == nil {
 			s := string(en.value)
 			out.Text = &s
@@ -179,24 +222,38 @@ func runGet(e *env, fs *flag.FlagSet, args []string) error {
 	default:
 		fmt.Fprintf(e.stdout, "%d bytes, not text:\n%s", len(en.value), hexView(en.value))
 	}
+	if en.ttl > 0 { // on stderr: stdout stays the value alone, for pipes
+		fmt.Fprintf(e.stderr, "(ttl %s)\n", durationText(en.ttl))
+	}
 	return nil
 }
 
+// runDel deletes a key. A missing key is a "no" (exit 1) with and
+// without --json.
 func runDel(e *env, fs *flag.FlagSet, args []string) error {
+	key, err := keyArg(fs, args[2])
+	if err != nil {
+		return err
+	}
 	a, m, _, err := openMap(args[0], args[1], true)
 	if err != nil {
 		return err
 	}
 	defer a.Close()
-	ok := m.Delete(args[2])
-	if e.json {
-		return e.printJSON(struct{ Deleted bool }{ok})
+	ok := m.Delete(key)
+	switch {
+	case e.json:
+		if err := e.printJSON(struct{ Deleted bool }{ok}); err != nil {
+			return err
+		}
+	case ok:
+		fmt.Fprintf(e.stdout, "deleted %s\n", showBytes([]byte(key)))
+	default:
+		fmt.Fprintf(e.stderr, "shmarena del: map %q has no key %q\n", args[1], key)
 	}
 	if !ok {
-		fmt.Fprintf(e.stderr, "shmarena del: map %q has no key %q\n", args[1], args[2])
 		return errNo
 	}
-	fmt.Fprintf(e.stdout, "deleted %s\n", showBytes([]byte(args[2])))
 	return nil
 }
 

@@ -85,6 +85,9 @@ func shape(r shmarena.RegionInfo) string {
 		if r.Typed {
 			s += ", typed"
 		}
+		if r.Evicting {
+			s += ", evicting"
+		}
 	case shmarena.KindRing:
 		s += fmt.Sprintf(", %d in flight", r.MaxInFlight)
 	}
@@ -239,6 +242,7 @@ func printStats(e *env, cur sample, prev *sample) {
 				t.row("  "+label(n), v, rt)
 			}
 			t.row("  longest probe", fmt.Sprintf("%d slots", r.Map.MaxProbe), "")
+			t.row("  hit ratio", hitRatio(r.Map, old), "")
 			t.flush()
 		case r.Ring != nil:
 			fmt.Fprintf(w, "ring %q (%s, %d slots x %s)\n", r.Name, bytesText(r.Bytes), r.Ring.Slots, bytesText(int64(r.Ring.SlotSize)))
@@ -296,6 +300,17 @@ func printStats(e *env, cur sample, prev *sample) {
 	}
 }
 
+// hitRatio renders hits over reads (hits and misses): since the map was
+// made, and, with an earlier sample, since then.
+func hitRatio(m *shmarena.MapStats, old *shmarena.RegionStats) string {
+	total := percent(int64(m.Hits), int64(m.Hits+m.Misses))
+	if old == nil || old.Map == nil {
+		return total
+	}
+	dh, dm := m.Hits-old.Map.Hits, m.Misses-old.Map.Misses
+	return fmt.Sprintf("%s (%s lately)", total, percent(int64(dh), int64(dh+dm)))
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"
@@ -325,7 +340,7 @@ func watchJSON(cur sample, prev *sample) any {
 			names, now := numericFields(a)
 			_, before := numericFields(b)
 			for i, n := range names {
-				out.Rates[prefix+n] = float64(now[i]-before[i]) / secs
+				out.Rates[prefix+snakeCase(n)] = float64(now[i]-before[i]) / secs
 			}
 		}
 		switch {
@@ -385,7 +400,8 @@ func runCheck(e *env, fs *flag.FlagSet, args []string) error {
 }
 
 func locksFlags(fs *flag.FlagSet) {
-	fs.Bool("recover", false, "take over the locks of dead owners and repair what they left (writes)")
+	fs.Bool("recover", false, "take over the locks of dead owners and repair what they left (writes; asks first)")
+	yesFlag(fs)
 }
 
 func runLocks(e *env, fs *flag.FlagSet, args []string) error {
@@ -395,6 +411,19 @@ func runLocks(e *env, fs *flag.FlagSet, args []string) error {
 			return err
 		}
 		defer a.Close()
+		locks, err := a.Locks()
+		if err != nil {
+			return err
+		}
+		dead := 0
+		for _, l := range locks {
+			if !l.Alive {
+				dead++
+			}
+		}
+		if err := e.confirm(flagBool(fs, "yes"), fmt.Sprintf("take over %d lock(s) of dead owners in %s and repair what they left?", dead, args[0])); err != nil {
+			return err
+		}
 		done, err := a.RecoverLocks()
 		if err != nil {
 			return err

@@ -7,23 +7,30 @@
 // only look (info, stats, keys, get, dump, tail, check, locks) attach
 // read-only (shmarena.ReadOnly): they need only read permission, take no
 // entry in the arena's process table and never write a byte of the file.
-// The others (del, load, clear, drop-group, locks --recover) attach
-// read-write, and clear and drop-group ask for confirmation unless --yes.
-// Every subcommand takes --json for scripts; output for people is aligned
-// tables with units.
+// The others (set, incr, del, load, clear, drop-group, locks --recover)
+// attach read-write, and clear, drop-group and locks --recover ask for
+// confirmation unless --yes. Every subcommand takes --json for scripts,
+// with one convention: snake_case field names, durations in whole
+// milliseconds named so (ttl_ms), times in RFC 3339, and a key that is not
+// UTF-8 as key_base64 (pass it back with --base64). Output for people is
+// aligned tables with units.
 //
 //	shmarena info FILE                          header, regions, attached processes
 //	shmarena stats FILE [REGION] [--watch 1s]   counters; --watch redraws with rates, like top
 //	shmarena keys FILE MAP [--prefix P] [--limit N]
-//	shmarena get FILE MAP KEY                   a value (hex view when not text; a typed map's as JSON)
+//	shmarena get FILE MAP KEY [--base64]        a value (hex view when not text; a typed map's as JSON); its TTL on stderr
+//	shmarena ttl FILE MAP KEY                   how long a key has left
+//	shmarena set FILE MAP KEY VALUE [--ttl 10m] store a value
+//	shmarena incr FILE MAP KEY [BY]             add to a counter
 //	shmarena del FILE MAP KEY
 //	shmarena dump FILE MAP > out.jsonl          every key, value (base64), TTL and counter
 //	shmarena load FILE MAP < out.jsonl          what dump wrote, back
 //	shmarena tail FILE RING [--topic T] [-n N] [-f]
 //	shmarena check FILE                         validate every region; exit 1 on a finding
-//	shmarena locks FILE [--recover]             held locks and their owners; take over dead ones
+//	shmarena locks FILE [--recover] [--yes]     held locks and their owners; take over dead ones
 //	shmarena clear FILE MAP [--yes]
 //	shmarena drop-group FILE RING GROUP [--yes]
+//	shmarena version
 //
 // Exit status: 0 on success, 1 when the answer is "no" (check found
 // something, get found no key, a confirmation was refused) or an
@@ -65,15 +72,18 @@ type command struct {
 
 var commands map[string]*command
 
-var order = []string{"info", "stats", "keys", "get", "del", "dump", "load", "tail", "check", "locks", "clear", "drop-group"}
+var order = []string{"info", "stats", "keys", "get", "ttl", "set", "incr", "del", "dump", "load", "tail", "check", "locks", "clear", "drop-group", "version"}
 
 func init() {
 	commands = map[string]*command{
 		"info":       {args: "FILE", about: "header, regions and attached processes", run: runInfo, min: 1, max: 1},
 		"stats":      {args: "FILE [REGION]", about: "counters of every region, or of one; --watch redraws with rates", run: runStats, flags: statsFlags, min: 1, max: 2},
 		"keys":       {args: "FILE MAP", about: "a map's keys", run: runKeys, flags: keysFlags, min: 2, max: 2},
-		"get":        {args: "FILE MAP KEY", about: "one value", run: runGet, min: 3, max: 3},
-		"del":        {args: "FILE MAP KEY", about: "delete one key (writes)", run: runDel, min: 3, max: 3},
+		"get":        {args: "FILE MAP KEY", about: "one value (its TTL on stderr)", run: runGet, flags: keyFlags, min: 3, max: 3},
+		"ttl":        {args: "FILE MAP KEY", about: "how long a key has left", run: runTTL, flags: keyFlags, min: 3, max: 3},
+		"set":        {args: "FILE MAP KEY VALUE", about: "store one value, --ttl for a deadline (writes)", run: runSet, flags: setFlags, min: 4, max: 4},
+		"incr":       {args: "FILE MAP KEY [BY]", about: "add BY (default 1) to a counter and print it (writes)", run: runIncr, flags: keyFlags, min: 3, max: 4},
+		"del":        {args: "FILE MAP KEY", about: "delete one key (writes)", run: runDel, flags: keyFlags, min: 3, max: 3},
 		"dump":       {args: "FILE MAP", about: "every entry as JSON lines", run: runDump, min: 2, max: 2},
 		"load":       {args: "FILE MAP", about: "store the JSON lines dump wrote (writes)", run: runLoad, min: 2, max: 2},
 		"tail":       {args: "FILE RING", about: "a ring's records; -f follows, like tail -f", run: runTail, flags: tailFlags, min: 2, max: 2},
@@ -81,6 +91,7 @@ func init() {
 		"locks":      {args: "FILE", about: "held locks and their owners; --recover takes over dead ones (writes)", run: runLocks, flags: locksFlags, min: 1, max: 1},
 		"clear":      {args: "FILE MAP", about: "delete every key of a map (writes)", run: runClear, flags: yesFlag, min: 2, max: 2},
 		"drop-group": {args: "FILE RING GROUP", about: "remove a consumer group (writes)", run: runDropGroup, flags: yesFlag, min: 3, max: 3},
+		"version":    {args: "", about: "the command's version and the file layout version it reads", run: runVersion, min: 0, max: 0},
 	}
 }
 
@@ -178,7 +189,7 @@ func openWrite(path string) (*shmarena.Arena, error) { return shmarena.Open(path
 func (e *env) printJSON(v any) error {
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return enc.Encode(styled(v))
 }
 
 // confirm asks question on stderr and reads y or yes from stdin.

@@ -16,10 +16,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shmarena/shmarena/examples/ratelimit/demo"
 )
 
 // TestRatelimit builds the example and runs it end to end as a subprocess:
-// self-driven with the shared map (PASS), with -local (must FAIL, which
+// self-driven with the shared map (PASS: no run of allowed requests over
+// GCRA's bound, no denial under it), with -local (must FAIL, which
 // shows the checker catches a limit that does not hold across workers),
 // -serve answered by hand then stopped with SIGINT, and -serve with its
 // supervisor killed (the workers must exit on their own).
@@ -35,26 +38,33 @@ func TestRatelimit(t *testing.T) {
 	t.Run("drive", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "arena")
 		out, code := run(t, bin, append(small, "-path="+path)...)
-		if code != exitPass || !strings.Contains(out, "\nverdict: PASS") {
+		if code != demo.ExitPass || !strings.Contains(out, "\nverdict: PASS") {
 			t.Fatalf("exit %d, want PASS and 0:\n%s", code, out)
 		}
 		for i := 1; i <= 3; i++ {
-			if !strings.Contains(out, fmt.Sprintf("window %d/3 ", i)) {
+			if !strings.Contains(out, fmt.Sprintf("window %d/3: ", i)) {
 				t.Errorf("no progress line for window %d:\n%s", i, out)
 			}
 		}
-		if !regexp.MustCompile(`(?m)^\s+total\s+\d+\s+\d+\s+[1-9]\d*\s+0\s*$`).MatchString(out) {
-			t.Errorf("client table shows no denials or some errors:\n%s", out)
+		if !regexp.MustCompile(`(?m)^\s+total\s+\d+\s+\d+\s+[1-9]\d*\s+0\s+0\s+0\s*$`).MatchString(out) {
+			t.Errorf("client table shows no denials, or errors, or decisions out of GCRA:\n%s", out)
 		}
 		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("arena file left behind: %v", err)
 		}
 	})
 
+	t.Run("no redis in this build", func(t *testing.T) {
+		out, code := run(t, bin, "-backend=redis", "-redis=127.0.0.1:1")
+		if code != demo.ExitSetup || !strings.Contains(out, "cd redis && go run ./examples/ratelimit -backend redis") {
+			t.Fatalf("exit %d, want 2 and the command that has the Redis backend:\n%s", code, out)
+		}
+	})
+
 	t.Run("local counters fail", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "arena")
 		out, code := run(t, bin, append(small, "-local", "-path="+path)...)
-		if code != exitFail || !strings.Contains(out, "\nverdict: FAIL") || !strings.Contains(out, "allowed > limit") {
+		if code != demo.ExitFail || !strings.Contains(out, "\nverdict: FAIL") || !strings.Contains(out, "over the limit") {
 			t.Fatalf("exit %d, want FAIL (over the limit) and 1:\n%s", code, out)
 		}
 	})
@@ -69,7 +79,7 @@ func TestRatelimit(t *testing.T) {
 		var denied *http.Response
 		for range 10 {
 			resp := get(t, "http://"+addr+"/", "test-client")
-			for _, h := range []string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "X-Worker"} {
+			for _, h := range []string{"RateLimit-Policy", "RateLimit", "X-Decided", "X-Worker"} {
 				if resp.Header.Get(h) == "" {
 					t.Errorf("status %s without %s", resp.Status, h)
 				}
@@ -88,12 +98,12 @@ func TestRatelimit(t *testing.T) {
 		if ra, err := strconv.Atoi(denied.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 10 {
 			t.Errorf("Retry-After %q, want 1..10 seconds", denied.Header.Get("Retry-After"))
 		}
-		if rem := denied.Header.Get("RateLimit-Remaining"); rem != "0" {
-			t.Errorf("429 with RateLimit-Remaining %q", rem)
+		if rl := denied.Header.Get("RateLimit"); !strings.Contains(rl, ";r=0;") {
+			t.Errorf("429 with RateLimit %q, want r=0", rl)
 		}
 
 		resp := get(t, "http://"+addr+"/stats", "")
-		var doc statsDoc
+		var doc demo.StatsDoc
 		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +112,7 @@ func TestRatelimit(t *testing.T) {
 			served += w.Served
 			deniedN += w.Denied
 		}
-		if len(doc.Workers) != 2 || served < 3 || deniedN < 1 || doc.Map.Capacity != mapSlots {
+		if len(doc.Workers) != 2 || served < 3 || deniedN < 1 || doc.Backend != "shm" {
 			t.Errorf("stats: %+v", doc)
 		}
 

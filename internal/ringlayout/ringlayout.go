@@ -44,7 +44,8 @@
 //
 // A group entry:
 //
-//	0    8   state (0 free, 1 being created, 2 ready)
+//	0    8   state (0 free, 1 being created, or dropped while a member held
+//	         its lock: neither usable nor free; 2 ready)
 //	8    8   position: the next sequence the group will look at
 //	16   8   delivered
 //	24   8   lapped

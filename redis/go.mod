@@ -1,0 +1,22 @@
+module github.com/shmarena/shmarena/redis
+
+go 1.26.0
+
+replace github.com/shmarena/shmarena => ../
+
+require (
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/shmarena/shmarena v0.0.0-00010101000000-000000000000
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
+	github.com/vmihailenco/msgpack/v5 v5.4.1 // indirect
+	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)
