@@ -2,6 +2,7 @@ package shmarena
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -79,13 +80,13 @@ type WriteSettings struct {
 }
 
 // ResolveWriteOptions folds opts as Map's writes do (the last WithTTL
-// wins) and refuses what Map refuses, with the same ErrInvalid error: a
-// TTL of zero or less, and WithTTL together with WithKeepTTL. Backends of
-// KeyValue use it so that every backend keeps one set of TTL rules.
+// wins; any WithKeepTTL sets KeepTTL), and refuses what they refuse with
+// ErrInvalid: a WithTTL of zero or less, or WithTTL with WithKeepTTL (see
+// docs/ttl.md). Backends of KeyValue use it.
 func ResolveWriteOptions(opts ...WriteOption) (WriteSettings, error) {
 	c, err := writeOpts(opts)
 	if err != nil {
-		return WriteSettings{}, err
+		return WriteSettings{}, fmt.Errorf("shmarena: %w", err)
 	}
 	return WriteSettings{TTL: c.ttl, KeepTTL: c.keepTTL}, nil
 }

@@ -39,26 +39,18 @@ func TestKeyValueAdapterReadsAllocateNothing(t *testing.T) {
 
 // The settings a backend resolves are the ones Map applies.
 func TestResolveWriteOptions(t *testing.T) {
-	for _, c := range []struct {
-		opts []WriteOption
-		want WriteSettings
-	}{
-		{nil, WriteSettings{}},
-		{[]WriteOption{WithTTL(time.Second)}, WriteSettings{TTL: time.Second}},
-		{[]WriteOption{WithTTL(time.Second), WithTTL(2 * time.Second)}, WriteSettings{TTL: 2 * time.Second}},
-		{[]WriteOption{WithKeepTTL()}, WriteSettings{KeepTTL: true}},
-	} {
-		got, err := ResolveWriteOptions(c.opts...)
+	resolve := func(opts ...WriteOption) WriteSettings {
+		ws, err := ResolveWriteOptions(opts...)
 		require.NoError(t, err)
-		assert.Equal(t, c.want, got)
+		return ws
 	}
-	for _, bad := range [][]WriteOption{
-		{WithTTL(-time.Second)},
-		{WithTTL(0)},
-		{WithTTL(time.Second), WithKeepTTL()},
-	} {
+	assert.Equal(t, WriteSettings{}, resolve())
+	assert.Equal(t, WriteSettings{TTL: time.Second}, resolve(WithTTL(time.Second)))
+	assert.Equal(t, WriteSettings{TTL: 2 * time.Second}, resolve(WithTTL(time.Second), WithTTL(2*time.Second)))
+	assert.Equal(t, WriteSettings{KeepTTL: true}, resolve(WithKeepTTL()))
+	for _, bad := range [][]WriteOption{{WithTTL(-time.Second)}, {WithTTL(0)}, {WithTTL(time.Second), WithKeepTTL()}} {
 		_, err := ResolveWriteOptions(bad...)
-		assert.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, ErrInvalid, "the writes of Map refuse these too")
 	}
 }
 

@@ -25,7 +25,7 @@ func TestOpenErrorsNameTheFix(t *testing.T) {
 	_, err = Open(path, WithSize(2<<20))
 	require.ErrorIs(t, err, ErrSizeMismatch)
 	assert.Contains(t, err.Error(), "asked for 2097152 bytes, the file holds an arena of 1048576")
-	assert.Contains(t, err.Error(), "remove the file to change it")
+	assert.Contains(t, err.Error(), "move to a new file to change it")
 
 	old, err := patch64(path, layout.OffVersion, uint64(99)|uint64(layout.OrderProbe)<<32)
 	require.NoError(t, err)

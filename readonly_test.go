@@ -214,7 +214,7 @@ func TestReadOnlyOpenErrors(t *testing.T) {
 	path := busyArena(t)
 	_, err = Open(path, ReadOnly(), WithSize(8<<20))
 	require.ErrorIs(t, err, ErrSizeMismatch)
-	assert.Contains(t, err.Error(), "remove the file to change it")
+	assert.Contains(t, err.Error(), "move to a new file to change it")
 	_, err = Open("")
 	require.ErrorIs(t, err, ErrInvalid)
 	assert.Contains(t, err.Error(), "the path is empty")

@@ -264,8 +264,8 @@ func (m *Map) Counter(ctx context.Context, key string) (int64, bool, error) {
 	return n, true, nil
 }
 
-// Expire sets key's deadline (PEXPIRE), or removes it for ttl <= 0
-// (PERSIST, in a script that also reports whether key exists).
+// Expire sets key's deadline (PEXPIRE), or deletes key for ttl <= 0
+// (DEL), as Redis's EXPIRE k 0 and Map.Expire do.
 func (m *Map) Expire(ctx context.Context, key string, ttl time.Duration) (bool, error) {
 	if ttl > 0 {
 		ok, err := m.c.PExpire(ctx, m.key(key), time.Duration(millis(ttl))*time.Millisecond).Result()
@@ -274,9 +274,10 @@ func (m *Map) Expire(ctx context.Context, key string, ttl time.Duration) (bool, 
 		}
 		return ok, nil
 	}
-	n, err := scriptPersist.Run(ctx, m.c, []string{m.key(key)}).Int()
+	// EXPIRE k 0 deletes k, as Map.Expire does (docs/ttl.md).
+	n, err := m.c.Del(ctx, m.key(key)).Result()
 	if err != nil {
-		return false, wrap("PERSIST", key, err)
+		return false, wrap("DEL", key, err)
 	}
 	return n == 1, nil
 }

@@ -31,13 +31,4 @@ if existed == 0 and tonumber(ARGV[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return redis.call('GET', KEYS[1])`)
-
-	// KEYS[1] key: PERSIST, reporting whether the key exists (PERSIST
-	// alone says 0 for a key without a deadline).
-	scriptPersist = goredis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  redis.call('PERSIST', KEYS[1])
-  return 1
-end
-return 0`)
 )
