@@ -3,6 +3,7 @@ package shmarena
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -121,4 +122,56 @@ func TestPublishAllocatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// A loop that passes back the slice it got claims and reads into its own
+// memory: once the slice and its payloads have grown, nothing allocates.
+func TestAppendClaimAllocatesNothing(t *testing.T) {
+	a, _ := openTestArena(t, 8<<20)
+	r, err := a.Ring("alloc", WithSlots(1024), WithSlotSize(128), WithMaxInFlight(256))
+	require.NoError(t, err)
+	once, err := r.Group("once")
+	require.NoError(t, err)
+	acked, err := r.Group("acked", WithAck(time.Minute))
+	require.NoError(t, err)
+	c := r.Cursor()
+	p := make([]byte, 64)
+	publish := func(n int) {
+		for range n {
+			if _, err := r.Publish("topic", p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var recs []Record
+	for _, batch := range []int{1, 16} {
+		zeroAllocs(t, fmt.Sprintf("Group.AppendClaim(%d)", batch), func() {
+			publish(batch)
+			recs = once.AppendClaim(recs[:0], batch)
+			if len(recs) != batch {
+				t.Fatalf("claimed %d of %d", len(recs), batch)
+			}
+			recs = c.AppendRead(recs[:0], batch)
+			if len(recs) != batch {
+				t.Fatalf("read %d of %d", len(recs), batch)
+			}
+			recs = acked.AppendClaim(recs[:0], batch)
+			if len(recs) != batch {
+				t.Fatalf("claimed %d of %d", len(recs), batch)
+			}
+			if err := acked.Ack(recs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	recs = recs[:0]
+	zeroAllocs(t, "Group.AckAndClaim(16)", func() {
+		publish(16)
+		var err error
+		if recs, err = acked.AckAndClaim(recs, 16); err != nil || len(recs) != 16 {
+			t.Fatalf("claimed %d of 16: %v", len(recs), err)
+		}
+	})
+	assert.Equal(t, p, recs[0].Payload)
+	assert.Equal(t, "topic", recs[0].Topic)
 }

@@ -118,19 +118,35 @@ func (c *Cursor) next(limit uint64, buf *payloadBuf) (Record, bool) {
 // own length (keeping one keeps its block alive: copy a payload you keep
 // long).
 func (c *Cursor) Read(max int) []Record {
+	out := c.AppendRead(nil, max)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// AppendRead is Read into the caller's memory: it appends the records it
+// reads to dst and returns the extended slice (dst itself when there are
+// none). Payloads and topics reuse the memory of dst's spare elements as
+// Group.AppendClaim describes, so a loop passing back recs[:0] allocates
+// nothing once its slice and payloads have grown, and each payload stays
+// valid until the slice is passed again.
+func (c *Cursor) AppendRead(dst []Record, max int) []Record {
 	defer catchFault(c.r.a, guard(), nil)
 	if c.r.closed() {
-		return nil
+		return dst
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	limit := mem.Load64(c.r.b, c.r.off+rl.OffNext)
-	var out []Record
+	out := dst
 	var buf payloadBuf
 	if limit > c.pos && max > 0 && max < claimBatch {
 		buf.expect(max * c.r.maxBody)
 	}
+	max = claimLimit(max, len(dst))
 	for max <= 0 || len(out) < max {
+		buf.lend(out)
 		rec, ok := c.next(limit, &buf)
 		if !ok {
 			break

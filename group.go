@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -355,21 +356,47 @@ func (g *Group) Position() uint64 {
 //
 // Safe for concurrent use by goroutines and processes.
 func (g *Group) Claim(max int) []Record {
+	out := g.AppendClaim(nil, max)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// AppendClaim is Claim into the caller's memory: it appends the records it
+// claims to dst and returns the extended slice (dst itself when it claims
+// none), allocating nothing once dst has room. Each payload is copied into
+// the Payload memory of the element of dst it lands in, when that element
+// (past len(dst), within cap(dst)) has the room, and its Topic string is
+// reused when equal; otherwise it is carved from new blocks as Claim's
+// are. So a loop that passes back the slice it got, truncated,
+//
+//	recs = g.AppendClaim(recs[:0], 64)
+//
+// allocates nothing once its payloads have grown to the records' sizes,
+// and each payload stays valid until the slice is passed again (copy one
+// you keep longer). The records, leases and counts are Claim's, with the
+// same max; an acking group's records are settled with Ack as usual.
+//
+// Safe for concurrent use by goroutines and processes, each with its own
+// dst.
+func (g *Group) AppendClaim(dst []Record, max int) []Record {
 	defer catchFault(g.r.a, guard(), nil)
 	r := g.r
 	if r.closed() {
-		return nil
+		return dst
 	}
 	if g.ack {
-		return g.claimAck(max)
+		return g.claimAck(dst, max)
 	}
 	b := r.b
 	if mem.Load64(b, g.goff+rl.GGen) != g.gen || mem.Load64(b, g.goff+rl.GState) != rl.GroupReady {
-		return nil // dropped
+		return dst // dropped
 	}
 	po := g.goff + rl.GPosition
 	limit := mem.Load64(b, r.off+rl.OffNext)
-	var out []Record
+	out, start := dst, len(dst)
+	max = claimLimit(max, start)
 	var buf payloadBuf
 	for max <= 0 || len(out) < max {
 		pos := mem.Load64(b, po)
@@ -378,7 +405,7 @@ func (g *Group) Claim(max int) []Record {
 			next = limit
 		}
 		if pos >= next {
-			if len(out) == 0 && g.checkHole() {
+			if len(out) == start && g.checkHole() {
 				limit = mem.Load64(b, r.off+rl.OffNext)
 				continue
 			}
@@ -405,6 +432,15 @@ func (g *Group) Claim(max int) []Record {
 // another member wins it.
 const claimBatch = 64
 
+// claimLimit turns a claim's max into the length at which an append to a
+// slice of length have stops (max <= 0, no limit, stays so).
+func claimLimit(max, have int) int {
+	if max <= 0 {
+		return max
+	}
+	return have + max
+}
+
 // claimRun reads the n records from pos, then claims them all with one
 // compare-and-swap of the group's position; if another member moved the
 // position first, the reads are dropped (those records are theirs) and
@@ -412,10 +448,10 @@ const claimBatch = 64
 func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record {
 	r := g.r
 	b := r.b
-	have, mark := len(out), buf.chunk // restored when the claim is lost: nothing taken since is kept
+	have := len(out)
 	buf.expect(int(n) * r.maxBody)
-	if out == nil {
-		out = make([]Record, 0, n)
+	if cap(out)-have < int(n) {
+		out = slices.Grow(out, int(n))
 	}
 	var tally [readSkipped + 1]uint64
 	prev, cached := "", ""
@@ -426,6 +462,7 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 		prev = out[have-1].Topic
 	}
 	for seq := pos; seq < pos+n; seq++ {
+		buf.lend(out)
 		rec, res := r.readInto(seq, g.topic != "", g.topic, prev, buf)
 		tally[res]++
 		if res == readOK {
@@ -434,8 +471,9 @@ func (g *Group) claimRun(pos, n uint64, out []Record, buf *payloadBuf) []Record 
 		}
 	}
 	if !mem.CAS64(b, g.goff+rl.GPosition, pos, pos+n) {
-		clear(out[have:])
-		buf.chunk = mark
+		// The copies are dropped but their memory stays with out's
+		// spare elements, to be lent again (what they took from buf's
+		// chunk is theirs: it is not carved a second time).
 		return out[:have]
 	}
 	if g.protected {

@@ -3,6 +3,7 @@ package shmarena
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -299,22 +300,36 @@ func (g *Group) advanceFloor() {
 	}
 }
 
-// claimAck is Claim for an acking group.
-func (g *Group) claimAck(max int) []Record {
+// claimAck is AppendClaim for an acking group.
+func (g *Group) claimAck(dst []Record, max int) []Record {
+	if !g.lockAck() {
+		return dst
+	}
+	defer g.unlockAck()
+	return g.claimLocked(dst, max)
+}
+
+// claimLocked is claimAck with the group lock held.
+func (g *Group) claimLocked(dst []Record, max int) []Record {
 	r := g.r
 	b := r.b
 	if max <= 0 {
 		max = int(r.inFlight)
 	}
-	if !g.lockAck() {
-		return nil
-	}
-	defer g.unlockAck()
 	g.advanceFloor()
 	now := time.Now().UnixNano()
-	var out []Record
 	var buf payloadBuf
 	buf.expect(min(max, int(r.inFlight)) * r.maxBody) // a small claim allocates little
+	out, start := dst, len(dst)
+	// Room for all it could return (the window, up to the head), at once.
+	if floor, _, ok := g.window(); ok {
+		avail := min(mem.Load64(b, r.off+rl.OffNext), floor+r.inFlight)
+		avail -= min(avail, floor)
+		if want := min(uint64(max), avail); uint64(cap(out)-start) < want {
+			out = slices.Grow(out, int(want))
+		}
+	}
+	max += start
 	out = g.reclaim(now, max, out, &buf)
 	for round := 0; len(out) < max && round < 4; round++ {
 		floor, pos, ok := g.window()
@@ -323,7 +338,7 @@ func (g *Group) claimAck(max int) []Record {
 		}
 		end := min(mem.Load64(b, r.off+rl.OffNext), floor+r.inFlight)
 		if pos >= end {
-			if len(out) == 0 && round == 0 && g.checkHole() {
+			if len(out) == start && round == 0 && g.checkHole() {
 				continue
 			}
 			break
@@ -352,22 +367,32 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 	deadline := uint64(deadlineFrom(now, g.lease))
 	seq := pos
 	for ; seq < end && len(out) < max; seq++ {
+		buf.lend(out)
 		rec, res := r.readInto(seq, g.topic != "", g.topic, prev, buf)
 		if res == readOK && g.dead != "" && g.topic == "" && rec.Topic == g.dead {
 			res = readSkipped
 		}
 		tally[res]++
+		// Plain stores (mem.Put64) here and in the journal below, not
+		// fenced ones: only the lock's holder writes the table and the
+		// journal, lock-free readers (due, pending, Stats) need each word
+		// whole, which an aligned store is, and the repair after a kill
+		// needs them in program order, which the CPU (x86 stores are
+		// seen in order; elsewhere Put64 is atomic) and the compiler
+		// keep. No store here is followed by a load of a word another
+		// process writes without the lock: the one that is, the floor's
+		// before a wake, stays fenced (advanceFloor).
 		e := g.entry(seq)
 		if res != readOK {
-			mem.Store64(b, e+rl.PState, pendWord(rl.StDone, 0))
-			mem.Store64(b, e+rl.PSeq, seq)
+			mem.Put64(b, e+rl.PState, pendWord(rl.StDone, 0))
+			mem.Put64(b, e+rl.PSeq, seq)
 			continue
 		}
-		mem.Store64(b, e+rl.PHolder, r.a.self)
-		mem.Store64(b, e+rl.PDeadline, deadline)
-		mem.Store64(b, e+rl.PSince, uint64(now))
-		mem.Store64(b, e+rl.PState, pendWord(rl.StPending, 1))
-		mem.Store64(b, e+rl.PSeq, seq)
+		mem.Put64(b, e+rl.PHolder, r.a.self)
+		mem.Put64(b, e+rl.PDeadline, deadline)
+		mem.Put64(b, e+rl.PSince, uint64(now))
+		mem.Put64(b, e+rl.PState, pendWord(rl.StPending, 1))
+		mem.Put64(b, e+rl.PSeq, seq)
 		rec.Deliveries = 1
 		rec.lease = g.leaseID()
 		prev = rec.Topic
@@ -376,11 +401,11 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 	// The counts after the claim go to the journal before the position
 	// moves, and from it to the counters after: a holder killed between
 	// leaves the journal for the next holder to apply (see applyJournal).
-	mem.Store64(b, g.goff+rl.GJPos, 0)
+	mem.Put64(b, g.goff+rl.GJPos, 0)
 	for res, j := range journalFields {
-		mem.Store64(b, g.goff+j[1], mem.Load64(b, g.goff+j[0])+tally[res])
+		mem.Put64(b, g.goff+j[1], mem.Load64(b, g.goff+j[0])+tally[res])
 	}
-	mem.Store64(b, g.goff+rl.GJPos, seq)
+	mem.Put64(b, g.goff+rl.GJPos, seq)
 	crashPoint("claim-entered")
 	mem.Store64(b, g.goff+rl.GPosition, seq)
 	crashPoint("claim-moved")
@@ -452,11 +477,11 @@ func applyJournal(b []byte, goff int) {
 	}
 	if mem.Load64(b, goff+rl.GPosition) == jp {
 		for _, j := range journalFields {
-			mem.Store64(b, goff+j[0], mem.Load64(b, goff+j[1]))
+			mem.Put64(b, goff+j[0], mem.Load64(b, goff+j[1])) // plain: see claimNew
 		}
 	}
 	crashPoint("journal-applied")
-	mem.Store64(b, goff+rl.GJPos, 0)
+	mem.Put64(b, goff+rl.GJPos, 0)
 }
 
 // reclaim leases again, with the lock held, the records in the window
@@ -505,6 +530,7 @@ func (g *Group) reclaim(now int64, max int, out []Record, buf *payloadBuf) []Rec
 			continue
 		}
 		deliv := uint32(st)
+		buf.lend(out)
 		rec, res := r.readInto(seq, false, "", "", buf)
 		if g.maxDeliv != 0 && deliv >= g.maxDeliv {
 			switch g.giveUp(seq, deliv, rec, res) {

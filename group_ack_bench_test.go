@@ -281,4 +281,34 @@ func BenchmarkAckClaim(b *testing.B) {
 			}
 		})
 	}
+	// AckAndClaim: the batch acked and the next claimed under one lock
+	// acquisition, into one reused slice.
+	var recs []Record
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("ackandclaim%d", batch), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(benchRecord)
+			for i := 0; i < b.N; {
+				b.StopTimer()
+				n := min(b.N-i, 2048)
+				for range n {
+					_, err := r.Publish("t", p)
+					require.NoError(b, err)
+				}
+				b.StartTimer()
+				for got := 0; got < n; {
+					var err error
+					if recs, err = g.AckAndClaim(recs, batch); err != nil {
+						b.Fatal(err)
+					}
+					got += len(recs)
+				}
+				i += n
+			}
+			if err := g.Ack(recs...); err != nil {
+				b.Fatal(err)
+			}
+			recs = recs[:0]
+		})
+	}
 }

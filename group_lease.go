@@ -65,28 +65,87 @@ func (g *Group) Extend(rec Record, d time.Duration) (err error) {
 
 func (g *Group) settle(op settleOp, d time.Duration, recs []Record) error {
 	r := g.r
-	if r.closed() {
+	if err := g.settleable(op); err != nil || len(recs) == 0 {
+		return err
+	}
+	if !g.lockAck() {
+		return g.errUnlockable()
+	}
+	err := g.settleLocked(op, d, recs)
+	if !g.unlockAck() && err == nil {
+		err = r.errLockLost()
+	}
+	return err
+}
+
+// AckAndClaim acks done as Ack does, then claims up to max records as
+// AppendClaim(done[:0], max) does, into done's memory, taking the group's
+// lock once for both. A member working in batches pays one lock round
+// trip per batch rather than two, and allocates nothing once its slice
+// has grown:
+//
+//	recs := g.Claim(64)
+//	for len(recs) > 0 {
+//		work(recs)
+//		recs, err = g.AckAndClaim(recs, 64)
+//	}
+//
+// The records of done are read before their memory is reused. The error
+// is Ack's for done (with ErrLeaseLost the others are acked, and the
+// claim goes ahead); ErrInvalid for a group without WithAck and ErrClosed
+// after Close, with nothing acked or claimed. Safe for concurrent use by
+// goroutines and processes, as Ack and Claim are.
+func (g *Group) AckAndClaim(done []Record, max int) (recs []Record, err error) {
+	defer catchFault(g.r.a, guard(), &err)
+	if err := g.settleable(opAck); err != nil {
+		return done[:0], err
+	}
+	if !g.lockAck() {
+		return done[:0], g.errUnlockable()
+	}
+	if len(done) > 0 {
+		err = g.settleLocked(opAck, 0, done)
+	}
+	out := g.claimLocked(done[:0], max)
+	if !g.unlockAck() && err == nil {
+		err = g.r.errLockLost()
+	}
+	return out, err
+}
+
+// settleable returns the error of settling with op on this handle: the
+// arena is closed, or the group does not ack.
+func (g *Group) settleable(op settleOp) error {
+	if g.r.closed() {
 		return ErrClosed
 	}
 	if !g.ack {
-		return fmt.Errorf("shmarena: ring %s: group %s: %w: %v on a group without WithAck", quote(r.name), quote(g.name), ErrInvalid, op)
+		return fmt.Errorf("shmarena: ring %s: group %s: %w: %v on a group without WithAck", quote(g.r.name), quote(g.name), ErrInvalid, op)
 	}
-	if len(recs) == 0 {
-		return nil
+	return nil
+}
+
+// errUnlockable is the error of a settle whose lockAck failed.
+func (g *Group) errUnlockable() error {
+	if g.r.closed() {
+		return ErrClosed
 	}
-	if !g.lockAck() {
-		if r.closed() {
-			return ErrClosed
-		}
-		return fmt.Errorf("shmarena: ring %s: group %s: %w: the group was dropped", quote(r.name), quote(g.name), ErrLeaseLost)
-	}
+	return fmt.Errorf("shmarena: ring %s: group %s: %w: the group was dropped", quote(g.r.name), quote(g.name), ErrLeaseLost)
+}
+
+// settleLocked settles recs with op, holding the group lock. An Ack reads
+// no clock: only a Nack's delay and an Extend set a deadline.
+func (g *Group) settleLocked(op settleOp, d time.Duration, recs []Record) error {
+	r := g.r
 	b := r.b
-	now := time.Now().UnixNano()
 	floor, pos, ok := g.window()
 	if !ok {
 		g.repairWindow()
-		g.unlockAck()
 		return fmt.Errorf("shmarena: ring %s: group %s: %w: floor and position out of order", quote(r.name), quote(g.name), ErrCorrupt)
+	}
+	var now int64
+	if op != opAck {
+		now = time.Now().UnixNano()
 	}
 	var lost int
 	var first uint64
@@ -96,7 +155,7 @@ func (g *Group) settle(op settleOp, d time.Duration, recs []Record) error {
 		if brokenAck && op == opAck {
 			held = mem.Load64(b, e+rl.PState)>>32 == rl.StPending
 		}
-		if !ok || rec.lease != g.leaseID() || rec.Seq < floor || rec.Seq >= pos || rec.Deliveries <= 0 || int64(rec.Deliveries) > math.MaxUint32 ||
+		if rec.lease != g.leaseID() || rec.Seq < floor || rec.Seq >= pos || rec.Deliveries <= 0 || int64(rec.Deliveries) > math.MaxUint32 ||
 			mem.Load64(b, e+rl.PSeq) != rec.Seq || !held {
 			if lost == 0 {
 				first = rec.Seq
@@ -106,9 +165,14 @@ func (g *Group) settle(op settleOp, d time.Duration, recs []Record) error {
 		}
 		switch op {
 		case opAck:
-			mem.Store64(b, e+rl.PState, pendWord(rl.StDone, uint32(rec.Deliveries)))
+			// A plain store, as claimNew's (see there): what a finished
+			// entry frees, the floor's fenced store in advanceFloor
+			// publishes before anyone is woken.
+			mem.Put64(b, e+rl.PState, pendWord(rl.StDone, uint32(rec.Deliveries)))
 			crashPoint("ack")
 		case opNack:
+			// Fenced stores: the wake below must not look at the futex
+			// word before a member that then sleeps could see them.
 			mem.Store64(b, e+rl.PDeadline, uint64(deadlineFrom(now, max(d, 0))))
 			crashPoint("nack")
 			mem.Store64(b, e+rl.PHolder, 0)
@@ -121,12 +185,8 @@ func (g *Group) settle(op settleOp, d time.Duration, recs []Record) error {
 	} else if op == opNack {
 		r.wake() // members waiting for work
 	}
-	released := g.unlockAck()
-	switch {
-	case lost > 0:
+	if lost > 0 {
 		return fmt.Errorf("shmarena: ring %s: group %s: %w: %v of record %d (%d of %d records)", quote(r.name), quote(g.name), ErrLeaseLost, op, first, lost, len(recs))
-	case !released:
-		return r.errLockLost()
 	}
 	return nil
 }

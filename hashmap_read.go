@@ -29,11 +29,20 @@ type view struct {
 // the probe ran (a delete moves entries back, and a reader may pass the
 // slot a key moves to before it arrives, then find its old slot cleared):
 // the segment's move version, loaded before the probe, must be even and
-// unchanged after it; else confirmMiss probes again.
+// unchanged after it; else confirmMiss probes again. A hit needs no move
+// version (the slot's own version vouches for it), so the common hit is
+// tried first, without it; a miss then loads it and probes again.
 func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+	v, out, r := m.readNear(key, h, dst, want)
+	if r == nearHit {
+		return v, out, true
+	}
 	mvOff := m.lockOff(m.stripeOf(h)) + stMoveVer
 	mv := mem.Load64(m.mem, mvOff)
-	switch v, out, r := m.readNear(key, h, dst, want); r {
+	if r == nearMiss { // believed only with the move version loaded first
+		v, out, r = m.readNear(key, h, dst, want)
+	}
+	switch r {
 	case nearHit:
 		return v, out, true
 	case nearUnsure:

@@ -3,6 +3,7 @@ package shmarena
 import (
 	"math"
 	"math/bits"
+	"sync/atomic"
 	"time"
 
 	"github.com/shmarena/shmarena/internal/mem"
@@ -206,7 +207,37 @@ func (m *Map) valid(meta uint64) bool {
 	return metaFlags(meta)&flagCounter == 0 || vl == 8
 }
 
-func now() int64 { return time.Now().UnixNano() }
+// now returns the wall clock in Unix nanoseconds, for deadlines, which
+// are wall-clock times so that every process, and a process after a
+// reboot, reads them alike. A map with deadlines reads it on every hit,
+// and time.Now reads two clocks (wall and monotonic); now reads only the
+// monotonic one and adds the offset to the wall clock taken by its last
+// full read, which it repeats every clockResync: a step of the wall clock
+// (a settimeofday, an NTP step) shows within clockResync, the skew of
+// the two clocks between reads (NTP slews both) is negligible.
+func now() int64 {
+	mono := int64(time.Since(clockStart))
+	if mono-clockSynced.Load() < int64(clockResync) {
+		return mono + clockOffset.Load()
+	}
+	t := time.Now()
+	mono = int64(t.Sub(clockStart))
+	// Two words: a reader pairing a new offset with an old sync time (or
+	// the reverse) still adds a valid offset, at worst resyncing again.
+	clockOffset.Store(t.UnixNano() - mono)
+	clockSynced.Store(mono)
+	return t.UnixNano()
+}
+
+const clockResync = 10 * time.Millisecond
+
+var (
+	clockStart  = time.Now() // the monotonic origin, and the first sync
+	clockOffset atomic.Int64 // wall minus monotonic, at the last sync
+	clockSynced atomic.Int64 // monotonic time of the last sync
+)
+
+func init() { clockOffset.Store(clockStart.UnixNano()) }
 
 // deadlineAfter returns the deadline ttl (> 0) from now, saturating at the
 // largest time rather than wrapping into the past: a "forever" TTL such as

@@ -491,24 +491,14 @@ func (r *Ring) errLockLost() error {
 	return fmt.Errorf("shmarena: ring %q: %w", r.name, ErrLockLost)
 }
 
-// writeWords stores s at off like mem.Write, but moves whole aligned
-// words with one atomic store each; only the ragged ends go byte by byte.
-// The caller owns the slot (it holds the publish lock).
-func writeWords[S ~string | ~[]byte](b []byte, off int, s S) {
-	n, i := len(s), 0
-	if r := off & 7; r != 0 && n > 0 {
-		i = min(8-r, n)
-		mem.Write(b, off, s[:i])
-	}
-	for ; i+8 <= n; i += 8 {
-		w := s[i : i+8]
-		mem.Put64(b, off+i, uint64(w[0])|uint64(w[1])<<8|uint64(w[2])<<16|uint64(w[3])<<24|
-			uint64(w[4])<<32|uint64(w[5])<<40|uint64(w[6])<<48|uint64(w[7])<<56)
-	}
-	if i < n {
-		mem.Write(b, off+i, s[i:])
-	}
-}
+// writeWords stores s at off in the slot the caller owns (it holds the
+// publish lock). On amd64 outside the race detector it is a plain copy,
+// as the map's value copies are (internal/mem/copy_fast.go): readers
+// check the slot's begin and end words around their own copy and drop a
+// copy that raced, and the commit after it is a locked instruction, so
+// every byte is visible before the record is. Elsewhere it stores whole
+// words atomically.
+func writeWords[S ~string | ~[]byte](b []byte, off int, s S) { mem.Write(b, off, s) }
 
 // repair runs with the publish lock held after taking it from a dead
 // owner (or on reset after a reboot): a record begun but not committed

@@ -329,4 +329,25 @@ func BenchmarkClaim(b *testing.B) {
 			}
 		})
 	}
+	// AppendClaim into one reused slice: the form that allocates nothing.
+	var recs []Record
+	for _, batch := range []int{1, 64} {
+		b.Run(fmt.Sprintf("append%d", batch), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; {
+				b.StopTimer()
+				n := min(b.N-i, 2048)
+				for range n {
+					_, err := r.Publish("t", p)
+					require.NoError(b, err)
+				}
+				b.StartTimer()
+				for got := 0; got < n; {
+					recs = g.AppendClaim(recs[:0], batch)
+					got += len(recs)
+				}
+				i += n
+			}
+		})
+	}
 }

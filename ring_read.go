@@ -62,6 +62,8 @@ func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, buf *payload
 		rec.Topic = topic
 	case tl == uint64(len(prev)) && mem.Equal(b, body, prev):
 		rec.Topic = prev
+	case buf != nil && tl == uint64(len(buf.spareTopic)) && mem.Equal(b, body, buf.spareTopic):
+		rec.Topic = buf.spareTopic
 	case tl > 0:
 		rec.Topic = string(mem.AppendBytes(nil, b, body, int(tl)))
 	}
@@ -83,9 +85,28 @@ func (r *Ring) readInto(seq uint64, bound bool, topic, prev string, buf *payload
 // payloadChunk bytes, so a Read or Claim of many small records costs one
 // allocation per chunk rather than one per record, and never copies a
 // payload already handed out (a chunk is not grown, a new one is started).
+//
+// For the Append forms (Group.AppendClaim, Cursor.AppendRead), lend first
+// offers the memory of the caller's spare record, which take uses when
+// the payload fits: a loop that passes back the slice it got allocates
+// nothing once its payloads have grown.
 type payloadBuf struct {
 	chunk []byte
 	want  int // bytes the caller still expects to take; <= 0: unknown
+
+	spare      []byte // the lent payload memory, or nil
+	spareTopic string // the lent record's topic, reused when equal
+}
+
+// lend offers take the Payload and Topic of out's next element, if out
+// has capacity for one: the caller's record there is overwritten next.
+func (p *payloadBuf) lend(out []Record) {
+	if len(out) == cap(out) {
+		p.spare, p.spareTopic = nil, ""
+		return
+	}
+	s := &out[:len(out)+1][len(out)]
+	p.spare, p.spareTopic = s.Payload, s.Topic
 }
 
 const payloadChunk = 8 << 10
@@ -94,9 +115,16 @@ const payloadChunk = 8 << 10
 // of one small record does not allocate a whole chunk.
 func (p *payloadBuf) expect(n int) { p.want = n }
 
-// take returns an empty slice with capacity n, its capacity ending there,
-// so appending to one payload never writes into the next.
+// take returns an empty slice with capacity at least n: the lent memory
+// when it fits, else a piece of a chunk, its capacity ending there, so
+// appending to one payload never writes into the next.
 func (p *payloadBuf) take(n int) []byte {
+	if lent := p.spare; lent != nil {
+		p.spare = nil
+		if cap(lent) >= n {
+			return lent[:0] // the caller's own: appending grows only into it
+		}
+	}
 	if cap(p.chunk)-len(p.chunk) < n {
 		size := payloadChunk
 		if p.want > 0 {

@@ -31,9 +31,11 @@ type report struct {
 	cells []cell
 	ring  []ringResult
 	lat   []latResult
-	touch *touchResult
-	scale *scaleResult
-	notes []string
+
+	redisWS *redisRatioResult
+	touch   *touchResult
+	scale   *scaleResult
+	notes   []string
 }
 
 func machineInfo() []string {
@@ -141,9 +143,6 @@ type target struct {
 
 func (r *report) targets() []target {
 	var ts []target
-	mk := func(what string, got, want float64) {
-		ts = append(ts, target{what: what, got: got, want: want, ok: got >= want, known: got > 0})
-	}
 	mkr := func(what string, want float64, vsize, procs int, op Op, peer string) {
 		med, lo, hi := r.ratioRange(vsize, procs, op, peer)
 		ts = append(ts, target{what: what, got: med, lo: lo, hi: hi, want: want, ok: med >= want, known: med > 0})
@@ -159,34 +158,44 @@ func (r *report) targets() []target {
 		mkr("counter add vs Redis INCR, 1 per round trip (1 proc)", 500, r.vsizes()[0], 1, OpAdd, "Redis")
 		mkr("counter add vs Redis INCR, 1 per round trip (2 procs)", 500, r.vsizes()[0], 2, OpAdd, "Redis")
 	}
-	var ring, spin, sock, acked, streams float64
-	for _, x := range r.ring {
-		switch x.peer {
-		case "shmarena ring acked":
-			acked = x.throughput
-		case "Redis Streams":
-			streams = x.throughput
-		case "shmarena ring":
-			ring = x.throughput
-		case "shmarena ring+spin":
-			spin = x.throughput
-		case "Unix socket":
-			sock = x.throughput
+	ringRatio := func(what, us, them string, want float64) {
+		med, lo, hi := r.ringRatio(us, them)
+		if med > 0 {
+			ts = append(ts, target{what: what, got: med, lo: lo, hi: hi, want: want, ok: med >= want, known: true})
 		}
 	}
-	if ring > 0 && sock > 0 {
-		mk("ring throughput vs Unix socket (Group.Claim/Wait as shipped)", ring/sock, 10)
-	}
-	if spin > 0 && sock > 0 {
-		mk(fmt.Sprintf("ring throughput vs Unix socket (consumer polls %v before Wait)", spinFor), spin/sock, 10)
-	}
-	if acked > 0 && ring > 0 {
-		mk("at-least-once group (WithAck, PublishWait, Claim(64)+Ack) vs at-most-once group", acked/ring, 0.5)
-	}
-	if acked > 0 && streams > 0 {
-		mk("at-least-once group vs Redis Streams XREADGROUP + XACK", acked/streams, 10)
-	}
+	ringRatio("ring throughput vs Unix socket (Group.AppendClaim/Wait as shipped)", "shmarena ring", "Unix socket", 30)
+	ringRatio(fmt.Sprintf("ring throughput vs Unix socket (consumer polls %v before Wait)", spinFor), "shmarena ring+spin", "Unix socket", 30)
+	ringRatio("at-least-once group (WithAck, PublishWait, AckAndClaim(64)) vs at-most-once group", "shmarena ring acked", "shmarena ring", 0.8)
+	ringRatio("at-least-once group vs Redis Streams XREADGROUP + XACK", "shmarena ring acked", "Redis Streams", 10)
 	return ts
+}
+
+// ringRatio is ratioRange for two ring peers: the median of the rounds'
+// ratios of us to them, and their range.
+func (r *report) ringRatio(us, them string) (med, lo, hi float64) {
+	var a, b *ringResult
+	for i := range r.ring {
+		if r.ring[i].peer == us {
+			a = &r.ring[i]
+		}
+		if r.ring[i].peer == them {
+			b = &r.ring[i]
+		}
+	}
+	if a == nil || b == nil {
+		return 0, 0, 0
+	}
+	var rs []float64
+	for k := 0; k < min(len(a.rounds), len(b.rounds)); k++ {
+		if b.rounds[k] > 0 {
+			rs = append(rs, a.rounds[k]/b.rounds[k])
+		}
+	}
+	if len(rs) == 0 {
+		return 0, 0, 0
+	}
+	return median(rs), slices.Min(rs), slices.Max(rs)
 }
 
 func (r *report) markdown() string {
@@ -292,18 +301,18 @@ func (r *report) markdown() string {
 	}
 
 	if len(r.ring) > 0 {
-		w("## Ring: producer process to a consumer group\n\n| transport | records/s | shmarena ratio | wake p50 | wake p99 |\n|---|---:|---:|---:|---:|\n")
-		var ours float64
+		w("## Ring: producer process to a consumer group\n\nRecords/s: median of %d rounds (peers alternating), with the range; the ratio is shmarena ring's over the transport's, median of the rounds' ratios with their range.\n\n", len(r.ring[0].rounds))
+		w("| transport | records/s | range | shmarena ring ratio | wake p50 | wake p99 |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.ring {
-			if x.peer == "shmarena ring" {
-				ours = x.throughput
-			}
-		}
-		for _, x := range r.ring {
-			w("| %s | %s | %s | %v | %v |\n", x.peer, fmtOps(x.throughput), fmtRatio(ours/x.throughput),
-				x.p50.Round(100*time.Nanosecond), x.p99.Round(100*time.Nanosecond))
+			med, lo, hi := r.ringRatio("shmarena ring", x.peer)
+			w("| %s | %s | %s-%s | %s | %v | %v |\n", x.peer, fmtOps(x.throughput), fmtOps(slices.Min(x.rounds)), fmtOps(slices.Max(x.rounds)),
+				fmtRatioRange(med, lo, hi), x.p50.Round(100*time.Nanosecond), x.p99.Round(100*time.Nanosecond))
 		}
 		w("\n")
+	}
+
+	if r.redisWS != nil {
+		w("%s", r.redisWS.markdown())
 	}
 
 	if len(r.lat) > 0 {

@@ -25,9 +25,9 @@ import (
 // consumer (this process) through each transport.
 //
 //   - throughput: the producer sends as fast as the transport takes them
-//     (shmarena's ring is lossy when full, so its producer waits while the
-//     group is a ring's length behind: every record is delivered, as with
-//     the socket and pipe);
+//     (shmarena's groups are WithBackpressure or WithAck, and the producer
+//     uses PublishWait: every record is delivered, as with the socket and
+//     pipe);
 //   - wake latency: the consumer sleeps in its blocking call; the producer
 //     stamps CLOCK_MONOTONIC into a record every millisecond; the consumer
 //     takes the difference on receipt.
@@ -42,7 +42,8 @@ const (
 // when the producer's Publish need not make a futex wake-up system call.
 //
 // "shmarena ring acked" is an at-least-once group (WithAck): the producer
-// uses PublishWait, the consumer Claim(64) then Ack of the batch, the
+// uses PublishWait, the consumer AckAndClaim(64) (the batch it worked
+// acked and the next claimed under one lock acquisition), the
 // counterpart of Redis Streams' XREADGROUP + XACK.
 var ringPeers = []string{"shmarena ring", "shmarena ring+spin", "shmarena ring acked", "Unix socket", "pipe", "Redis Streams"}
 
@@ -57,7 +58,8 @@ const spinFor = 20 * time.Microsecond
 
 type ringResult struct {
 	peer       string
-	throughput float64 // records/s
+	throughput float64   // records/s, the median of rounds
+	rounds     []float64 // records/s in each round, peers alternating
 	p50, p99   time.Duration
 	note       string
 }
@@ -168,31 +170,23 @@ func ringWorker(peerName, dir, addr, argStr string) error {
 		if err != nil {
 			return err
 		}
-		g, err := r.Group("workers")
-		if err != nil {
-			return err
-		}
 		if err := awaitGo(); err != nil {
 			return err
 		}
-		// Backpressure: never lap the group. The group's position is
-		// re-read only when the cached one says the ring may be full, as
-		// a bounded queue's producer would, so the check costs no shared
-		// cache-line traffic on most publishes.
-		var last, pos uint64
+		// Backpressure: the group is WithBackpressure, so PublishWait
+		// waits (spinning 50 µs, then asleep on a futex) rather than lap
+		// it, as a bounded queue's producer blocks. (A producer spinning
+		// on the group's position starves the consumer of CPU on a busy
+		// 2-core machine.)
+		ctx := context.Background()
 		err = producer(arg, func(p []byte) error {
-			for last+1-pos >= ringSlots-8 {
-				if pos = g.Position(); last+1-pos >= ringSlots-8 {
-					runtime.Gosched()
-				}
-			}
-			last, err = r.Publish("jobs", p)
+			_, err := r.PublishWait(ctx, "jobs", p)
 			return err
 		}, nil)
 		if err != nil {
 			return err
 		}
-		_, err = r.Publish("end", nil)
+		_, err = r.PublishWait(ctx, "end", nil)
 		return err
 	case "Unix socket", "pipe":
 		var w io.WriteCloser
@@ -289,8 +283,15 @@ func ringRun(peerName, dir, addr string, arg ringArg) (recv, time.Duration, erro
 			return rc, 0, err
 		}
 		consume = func() error {
+			var recs []shmarena.Record
+			var err error
 			for {
-				recs := g.Claim(64)
+				// Ack the batch just worked and claim the next in one
+				// lock round trip, into the same memory.
+				recs, err = g.AckAndClaim(recs, 64)
+				if err != nil {
+					return err
+				}
 				end := false
 				for _, rec := range recs {
 					if rec.Topic == "end" {
@@ -299,12 +300,10 @@ func ringRun(peerName, dir, addr string, arg ringArg) (recv, time.Duration, erro
 					}
 					rc.got(rec.Payload)
 				}
-				if len(recs) > 0 {
+				if end {
 					if err := g.Ack(recs...); err != nil {
 						return err
 					}
-				}
-				if end {
 					if st := g.Stats(); st.Lapped+st.Abandoned+st.Redelivered != 0 {
 						return fmt.Errorf("acked ring lost or redelivered records: %+v", st)
 					}
@@ -334,13 +333,14 @@ func ringRun(peerName, dir, addr string, arg ringArg) (recv, time.Duration, erro
 		if err != nil {
 			return rc, 0, err
 		}
-		g, err := r.Group("workers")
+		g, err := r.Group("workers", shmarena.WithBackpressure())
 		if err != nil {
 			return rc, 0, err
 		}
 		consume = func() error {
+			var recs []shmarena.Record
 			for {
-				recs := g.Claim(64)
+				recs = g.AppendClaim(recs[:0], 64) // into the same memory each time
 				for _, rec := range recs {
 					if rec.Topic == "end" {
 						if st := g.Stats(); st.Lapped+st.Abandoned != 0 {
@@ -485,19 +485,34 @@ func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 	}
 	var out []ringResult
 	var notes []string
+	var peers []string
 	for _, p := range ringPeers {
 		if p == "Redis Streams" && addr == "" {
 			notes = append(notes, "Redis Streams skipped: no Redis.")
 			continue
 		}
-		res := ringResult{peer: p}
-		for rep := 0; rep < 2; rep++ { // best of two: the machine is shared
+		peers = append(peers, p)
+		out = append(out, ringResult{peer: p})
+	}
+	// Throughput in rounds, every peer once per round in turn, so the
+	// ratios compare runs made minutes apart at most on this shared
+	// machine; the report gives medians with the rounds' ranges.
+	rounds := 3
+	if short {
+		rounds = 1
+	}
+	for range rounds {
+		for i, p := range peers {
 			rc, el, err := ringRun(p, dir, addr, tput)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s throughput: %w", p, err)
 			}
-			res.throughput = max(res.throughput, float64(rc.n)/el.Seconds())
+			out[i].rounds = append(out[i].rounds, float64(rc.n)/el.Seconds())
 		}
+	}
+	for i, p := range peers {
+		res := &out[i]
+		res.throughput = median(res.rounds)
 		rc, _, err := ringRun(p, dir, addr, lat)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s latency: %w", p, err)
@@ -508,11 +523,11 @@ func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 		slices.Sort(rc.lats)
 		res.p50 = rc.lats[len(rc.lats)/2]
 		res.p99 = rc.lats[len(rc.lats)*99/100]
-		logf("  %-14s %12.0f rec/s   wake p50 %v p99 %v", p, res.throughput, res.p50, res.p99)
-		out = append(out, res)
+		logf("  %-14s %12.0f rec/s (%.0f-%.0f)   wake p50 %v p99 %v", p, res.throughput,
+			slices.Min(res.rounds), slices.Max(res.rounds), res.p50, res.p99)
 	}
 	notes = append(notes, fmt.Sprintf("Ring: %d-byte payloads, producer in a separate process, consumer group of one member "+
-		"(shmarena: Group.Claim(64)/Wait; acked: WithAck, PublishWait, Claim(64) then Ack of the batch; Redis: XREADGROUP COUNT 64 BLOCK 0 + XACK, producer XADD pipelined %d deep for throughput, one per round trip for latency); "+
+		"(shmarena: a WithBackpressure group, PublishWait, Group.AppendClaim(64) into one reused slice, then Wait; acked: WithAck, PublishWait, AckAndClaim(64) acking each batch as it claims the next; Redis: XREADGROUP COUNT 64 BLOCK 0 + XACK, producer XADD pipelined %d deep for throughput, one per round trip for latency); "+
 		"socket and pipe: one write(2) per record, consumer reads through a 64 KiB bufio.Reader.", ringPayload, batch))
 	return out, notes, nil
 }
