@@ -84,7 +84,7 @@ func OpenTypedMap[V any](a *Arena, name string, opts ...RegionOption) (*TypedMap
 	if !a.readOnly && !a.hasRegion(name) {
 		// A new map: its record first, so that no typed map is ever
 		// without one, and an arena too small for both gets neither.
-		need := layout.Align(schemaBytes) + layout.Align(mapLength(cfg.slots, cfg.slotSize, cfg.stripes, cfg.evict))
+		need := layout.Align(schemaBytes) + layout.Align(regionLength(cfg))
 		if free := a.freeBytes(); free < need {
 			return nil, fmt.Errorf("shmarena: typed map %s: %w: it and the record of its value type need %d bytes, %d free: size the arena with TypedMapBytes", quote(name), ErrArenaFull, need, free)
 		}

@@ -57,8 +57,8 @@ type KeyValue interface {
 	// Counter returns the counter at key, false when absent or not a
 	// counter.
 	Counter(ctx context.Context, key string) (n int64, ok bool, err error)
-	// Expire sets key's deadline ttl from now (ttl <= 0 removes it, as
-	// PERSIST) and reports whether key was present.
+	// Expire sets key's deadline ttl from now (ttl <= 0 deletes the key,
+	// as Redis EXPIRE k 0) and reports whether key was present.
 	Expire(ctx context.Context, key string, ttl time.Duration) (ok bool, err error)
 	// TTL returns how long key has left (0 and true for no deadline; 0
 	// and false when absent).

@@ -43,19 +43,23 @@ func TestTypedMapBytesCountsTheTypeRecord(t *testing.T) {
 // Sized for the map alone, an arena refuses the typed map, rather than
 // making one whose type is never checked.
 func TestTypedMapWithoutRoomForTheTypeRecordIsRefused(t *testing.T) {
-	opts := []RegionOption{WithSlots(64), WithSlotSize(64)}
-	mb, err := MapBytes(opts...)
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "arena")
-	a, err := Open(path, WithSize(MinSize+mb))
-	require.NoError(t, err)
-	defer a.Close()
-	_, err = OpenTypedMap[sizingV1](a, "users", opts...)
-	require.ErrorIs(t, err, ErrArenaFull)
-	assert.Contains(t, err.Error(), "TypedMapBytes")
-	assert.Empty(t, a.Regions(), "nothing carved")
-	_, err = a.Map("plain", opts...)
-	require.NoError(t, err, "the room is still there for a byte map")
+	for _, opts := range [][]RegionOption{
+		{WithSlots(64), WithSlotSize(64)},
+		{WithSlots(1024), WithSlotSize(128), WithBytes(1 << 20)}, // the value space counts too
+	} {
+		mb, err := MapBytes(opts...)
+		require.NoError(t, err)
+		path := filepath.Join(t.TempDir(), "arena")
+		a, err := Open(path, WithSize(MinSize+mb))
+		require.NoError(t, err)
+		_, err = OpenTypedMap[sizingV1](a, "users", opts...)
+		require.ErrorIs(t, err, ErrArenaFull)
+		assert.Contains(t, err.Error(), "TypedMapBytes")
+		assert.Empty(t, a.Regions(), "nothing carved")
+		_, err = a.Map("plain", opts...)
+		require.NoError(t, err, "the room is still there for a byte map")
+		require.NoError(t, a.Close())
+	}
 }
 
 // A read-only handle refuses a typed map whose record is missing.

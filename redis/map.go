@@ -17,8 +17,7 @@ import (
 // millisecond resolution: a TTL is rounded up to a whole millisecond.
 // Counters are Redis integers (INCRBY): Load returns a counter's decimal
 // digits, and a stored value of decimal digits counts as a counter.
-// CompareAndSwap, CompareAndDelete, Add and Expire with ttl <= 0 are Lua
-// scripts, loaded once and run by hash (EVALSHA), so each is atomic on the
+// CompareAndSwap, CompareAndDelete and Add are Lua scripts, loaded once and run by hash (EVALSHA), so each is atomic on the
 // server.
 //
 // A Map is safe for concurrent use by goroutines; any number of processes
