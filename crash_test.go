@@ -263,6 +263,9 @@ func TestCrashWriterMidOperation(t *testing.T) {
 		{name: "add-in-place", op: "add", point: "add-in-place", existing: true, counter: true, lockFree: true, allowed: []any{int64(10)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.point == "add-in-place" && !mem.HasCAS128 {
+				t.Skip("no 16-byte compare-and-swap on this architecture: Add takes the locked path, which the other cases cover")
+			}
 			f := newCrashFixture(t)
 			victim := keyInStripe(f.m, "victim", f.s)
 			if tc.existing {

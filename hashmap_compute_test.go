@@ -259,7 +259,8 @@ func init() {
 		}
 		_, _, err = m.LoadOrCompute(context.Background(), "k", func(context.Context) ([]byte, error) {
 			os.Stdout.WriteString("inside\n")
-			select {}
+			untilKilled()
+			return nil, nil
 		})
 		return err
 	}

@@ -99,7 +99,8 @@ func init() {
 		}
 		m.Stats() // adds this process's counts to the file
 		os.Stdout.WriteString("ready\n")
-		select {}
+		untilKilled()
+		return nil
 	}
 }
 

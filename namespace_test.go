@@ -201,12 +201,13 @@ func init() {
 		}
 		publishHook = func(uint64) {
 			fmt.Println("HOLDING publish")
-			select {}
+			untilKilled()
 		}
 		go func() { _, _ = r.Publish("held", nil) }()
 		return m.update("ctr", writeConfig{}, func([]byte, bool) ([]byte, bool, error) {
 			fmt.Println("HOLDING stripe")
-			select {}
+			untilKilled()
+			return nil, false, nil
 		})
 	}
 }

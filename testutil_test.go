@@ -223,3 +223,13 @@ func checkMapAtRest(t *testing.T, m *Map, valueOf func(k string) []byte) map[str
 	}
 	return seen
 }
+
+// untilKilled blocks a child process until it is killed. A bare select {}
+// would not do: where every goroutine is blocked so (the 386 runtime, with
+// no background goroutine awake), the runtime ends the process with "all
+// goroutines are asleep", and the locks it was to hold are freed early.
+func untilKilled() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
