@@ -53,13 +53,15 @@ const (
 	ringSlotSize = 64
 	maxPayload   = 40 // ringSlotSize - 24
 
-	// The acking group's ring: large enough never to fill in a round (the
-	// model does not cover a full ring; the core's tests do), with a small
-	// pending table so the window limits claims, and a lease short enough
-	// to run out between a worker's operations.
+	// The acking group's ring: more records than a round publishes (a
+	// round on a quiet machine makes about 58,000 operations, and 16,384
+	// slots filled), so it never fills (the model does not cover a full
+	// ring; the core's tests do), with a small pending table so the window
+	// limits claims, and a lease short enough to run out between a
+	// worker's operations.
 	ackRingName  = "ra"
 	ackGroupName = "ga"
-	ackSlots     = 1 << 14
+	ackSlots     = 1 << 16
 	ackInFlight  = 8
 	ackLease     = 30 * time.Millisecond
 	ackMaxDeliv  = 3
