@@ -17,8 +17,8 @@ type ClockBytes struct {
 	// to the tail before it frees the original).
 	MoveNeedsRoom bool
 	budget, used  int64
-	log          keyQueue
-	obj          map[uint32]s3obj
+	log           keyQueue
+	obj           map[uint32]s3obj
 }
 
 // NewClockBytes returns an empty ClockBytes of budget bytes.
