@@ -54,9 +54,12 @@ func (r *Ristretto) Close() { r.c.Close() }
 // Otter is github.com/maypok86/otter/v2 (W-TinyLFU with an adaptive
 // window) as a SizedCache: a hit is a GetIfPresent that finds the key; on
 // a miss the key is Set; MaximumWeight = the budget, Weigher = the entry's
-// bytes. Otter applies writes to its policy in batches, on the writing
-// goroutine, so a replay needs no flush. The value stored is the entry's
-// size: the references hold no payload.
+// bytes. Otter applies writes to its policy in batches that its Executor
+// runs, by default on a new goroutine; here the Executor runs them on the
+// writing goroutine (Executor: func(fn func()) { fn() }), so that a
+// single-threaded replay measures otter's policy with the budget held at
+// every request, as Wait does for ristretto. The value stored is the
+// entry's size: the references hold no payload.
 type Otter struct {
 	c *otter.Cache[uint32, int32]
 }
@@ -66,6 +69,7 @@ func NewOtter(budget int64) (*Otter, error) {
 	c, err := otter.New(&otter.Options[uint32, int32]{
 		MaximumWeight: uint64(budget),
 		Weigher:       func(_ uint32, v int32) uint32 { return uint32(v) },
+		Executor:      func(fn func()) { fn() },
 	})
 	if err != nil {
 		return nil, err
