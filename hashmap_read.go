@@ -103,6 +103,8 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 			return v, dst, nearUnsure
 		}
 		keyAt += 8
+	case metaOf(stateLive, flagExternal, kl, 0):
+		return m.readNearExternal(key, h, dst, want, i+d, off, hdr, ver, meta)
 	default:
 		return v, dst, nearUnsure
 	}
