@@ -38,7 +38,7 @@ var valueSizes = []int{64, 1 << 10, 16 << 10, 256 << 10}
 func valueKeys(vsize int, short bool) int {
 	keys, ws := 4096, 128<<20
 	if short {
-		keys, ws = 1024, 16<<20
+		keys, ws = 512, 8<<20
 	}
 	return min(keys, ws/vsize)
 }
