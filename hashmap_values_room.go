@@ -13,18 +13,20 @@ import (
 // rewritten to point at the copy, then the head passes the original): on
 // an evicting map only if it was read since it last came round (the slot's
 // S3-FIFO read count, which the move lowers by one), else its entry is
-// evicted; on a plain map always, and when the free space is smaller than
-// the record, the live records in front of enough dead ones are first
-// compacted in place (lift). So
+// evicted; on a plain map always, cleaning on past what the write needs
+// so that the free space holds the records it meets (cleanAhead), and
+// when the free space is still smaller than the record, the live records
+// in front of enough dead ones are first compacted in place (lift). So
 // free space is always one run, nothing fragments, and a plain map refuses
-// a value only when the live records and it would not fit the share.
+// a value only when the live records and it would pass the share less the
+// reserve.
 
 // reserve is the part of a share a plain map keeps free: a log cleaned
 // at its head moves u/(1-u) live bytes for each byte it frees when a
 // fraction u of it is live, so a share kept below 31/32 live moves at
-// most about 31 bytes per byte stored where it is that full (measured
-// under random deletes and inserts, where segments are seldom all full:
-// about 10; 1/16 held back 3% more of the space for 5; 1/64, 20).
+// most about 31 bytes per byte stored where it is that full (in
+// BenchmarkValuesMemory, where segments are seldom all full, 10 to 14;
+// 1/16 held back 3% more of the space for 5; 1/64, 20).
 func reserve(share uint64) uint64 { return share / 32 }
 
 // liftSlack is the free space a lift makes beyond what is needed: moving
