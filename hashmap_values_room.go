@@ -13,17 +13,21 @@ import (
 // rewritten to point at the copy, then the head passes the original): on
 // an evicting map only if it was read since it last came round (the slot's
 // S3-FIFO read count, which the move lowers by one), else its entry is
-// evicted; on a plain map always, and when the free space is smaller than
-// the record, the live records in front of enough dead ones are first
-// compacted in place (lift). So
+// evicted; on a plain map always, cleaning on past what the write needs
+// so that the free space holds the records it meets (cleanAhead), and
+// when the free space is still smaller than the record, the live records
+// in front of enough dead ones are first compacted in place (lift). So
 // free space is always one run, nothing fragments, and a plain map refuses
-// a value only when the live records and it would not fit the share.
+// a value only when the live records and it would pass the share less the
+// reserve.
 
 // reserve is the part of a share a plain map keeps free: a log cleaned
 // at its head moves u/(1-u) live bytes for each byte it frees when a
-// fraction u of it is live, so a share kept below 15/16 live moves at
-// most 15 bytes per byte stored (at 99.9%, measured, 190).
-func reserve(share uint64) uint64 { return share / 16 }
+// fraction u of it is live, so a share kept below 31/32 live moves at
+// most about 31 bytes per byte stored where it is that full (in
+// BenchmarkValuesMemory, where segments are seldom all full, 10 to 14;
+// 1/16 held back 3% more of the space for 5; 1/64, 20).
+func reserve(share uint64) uint64 { return share / 32 }
 
 // liftSlack is the free space a lift makes beyond what is needed: moving
 // a record to the tail leaves the free space as it was, so with a record's
@@ -31,6 +35,12 @@ func reserve(share uint64) uint64 { return share / 16 }
 // (lifting instead, each lift would move again the records the last one
 // lifted).
 func liftSlack(share uint64) uint64 { return max(64<<10, share/64) }
+
+// cleanAhead is the free run a plain map's cleaning leaves beyond what
+// the write needs, so that the live records it meets at the head move to
+// the tail (which needs their size free) rather than being lifted. It is
+// at most half the reserve, so that it is always there to be had.
+func cleanAhead(share uint64) uint64 { return min(reserve(share)/2, 64<<10) }
 
 // reinsertBudget bounds the bytes one write moves to the tail on an
 // evicting map beyond twice its own record: past it, live records at the
@@ -197,8 +207,12 @@ func (m *Map) compactFor(s, need, freed uint64) error {
 		return fmt.Errorf("shmarena: map %s: %w: a value of %d bytes (%d with its record header) does not fit its segment's value space: %d of %d bytes held by live values",
 			quote(m.name), ErrFull, need-recHeader, need, live-min(live, freed), m.vs.share-reserve(m.vs.share))
 	}
+	// Clean ahead of need, so that a live record at the head finds room
+	// at the tail: with the free run at zero, most would have to be
+	// lifted, and lifted records stay at the head to be lifted again.
+	want := min(need+cleanAhead(m.vs.share), m.vs.share-(live-min(live, freed)))
 	rebuilt := false
-	for steps := 0; m.vsFree(s) < need; steps++ {
+	for steps := 0; m.vsFree(s) < want; steps++ {
 		if steps > 2*int(m.vs.share/recHeader)+64 {
 			return m.lift(s, need)
 		}
@@ -223,6 +237,13 @@ func (m *Map) compactFor(s, need, freed uint64) error {
 		default: // no room to move it: make some behind it, and to spare
 			if err := m.lift(s, max(need, r.size)+liftSlack(m.vs.share)); err != nil {
 				return err
+			}
+			// The record is at the head again: move it on now, or the
+			// next write's cleaning would find it there and lift again.
+			if r, ok := m.headRecord(s); ok && r.live && m.vsFree(s) >= r.size {
+				if err := m.moveRecord(s, r); err != nil {
+					return err
+				}
 			}
 		}
 	}

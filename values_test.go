@@ -63,7 +63,7 @@ func TestValuesModel(t *testing.T) {
 					opts = append(opts, WithEviction())
 				}
 				m := valueMap(t, opts...)
-				require.Equal(t, 64<<10-4096-recHeader, m.MaxValue())
+				require.Equal(t, 64<<10-64<<10/32-recHeader, m.MaxValue())
 				runModelKeys(t, m, rand.New(rand.NewPCG(seed, 7)), 4000, 200)
 			})
 		}
@@ -85,7 +85,7 @@ func TestValuesInlineStayInline(t *testing.T) {
 
 func TestValuesTooLarge(t *testing.T) {
 	m := valueMap(t, WithSlots(64), WithSlotSize(64), WithBytes(8192))
-	require.Equal(t, 8192-512-recHeader, m.MaxValue())
+	require.Equal(t, 8192-8192/32-recHeader, m.MaxValue())
 	require.NoError(t, m.Store("k", make([]byte, m.MaxValue())))
 	err := m.Store("k", make([]byte, m.MaxValue()+1))
 	require.ErrorIs(t, err, ErrTooLarge)
