@@ -272,7 +272,7 @@ func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (_
 	q := *r
 	q.quiet = true
 	for {
-		s, err := q.Publish(topic, payload)
+		s, err := q.publish(topic, payload)
 		if err != errNoRoom {
 			return s, err
 		}
