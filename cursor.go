@@ -164,13 +164,13 @@ func (c *Cursor) AppendRead(dst []Record, max int) []Record {
 // least every 100 ms to notice a producer that died mid-publish.
 func (c *Cursor) Wait(ctx context.Context) (err error) {
 	defer catchFault(c.r.a, guard(), &err)
-	return c.r.wait(ctx, func() bool {
+	return c.r.wait(ctx, func(spin bool) bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.pos < mem.Load64(c.r.b, c.r.off+rl.OffNext) {
 			return true
 		}
-		return c.r.checkHole(&c.hw)
+		return !spin && c.r.checkHole(&c.hw)
 	})
 }
 

@@ -520,7 +520,7 @@ func (g *Group) Wait(ctx context.Context) (err error) {
 	defer catchFault(g.r.a, guard(), &err)
 	r := g.r
 	dropped := false
-	err = r.wait(ctx, func() bool {
+	err = r.wait(ctx, func(spin bool) bool {
 		if !g.current() {
 			dropped = true
 			return true
@@ -530,7 +530,7 @@ func (g *Group) Wait(ctx context.Context) (err error) {
 			if floor := mem.Load64(r.b, g.goff+rl.GFloor); floor <= pos && pos < next && pos < floor+r.inFlight {
 				return true
 			}
-			if g.due() {
+			if !spin && g.due() {
 				return true
 			}
 			next = pos // the window is full: only a hole repair is news
@@ -538,7 +538,7 @@ func (g *Group) Wait(ctx context.Context) (err error) {
 		if pos < next {
 			return true
 		}
-		return g.checkHole()
+		return !spin && g.checkHole()
 	})
 	if err == nil && dropped {
 		return fmt.Errorf("shmarena: ring %s: group %s: %w: it was dropped", quote(r.name), quote(g.name), ErrNoGroup)
