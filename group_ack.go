@@ -205,7 +205,7 @@ func (g *Group) holderAlive(tok uint64, now int64) bool {
 
 // entry returns the offset of seq's pending-table entry.
 func (g *Group) entry(seq uint64) int {
-	return g.table + int(seq%g.r.inFlight)*rl.PendSize
+	return g.table + ringIndex(seq, g.r.inFlight, g.r.pendMask)*rl.PendSize
 }
 
 func pendWord(state, deliveries uint32) uint64 { return uint64(state)<<32 | uint64(deliveries) }

@@ -403,3 +403,39 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPublishPolled is Publish while another goroutine polls the
+// ring's head in a loop, as a reader waiting for records does: what the
+// reader's loads of the next-sequence word cost the producer (its line
+// moves between the cores on every poll that sees a new record).
+func BenchmarkPublishPolled(b *testing.B) {
+	a, _ := openTestArena(b, 4<<20)
+	r, err := a.Ring("bench", benchShape...)
+	require.NoError(b, err)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for seen := uint64(0); ; {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for range 64 {
+				if h := r.Head(); h != seen {
+					seen = h
+				}
+			}
+		}
+	}()
+	p := make([]byte, benchRecord)
+	b.SetBytes(benchRecord)
+	for b.Loop() {
+		if _, err := r.Publish("t", p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+}
