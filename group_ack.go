@@ -365,6 +365,7 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 		prev = out[len(out)-1].Topic
 	}
 	deadline := uint64(deadlineFrom(now, g.lease))
+	lease, self := g.leaseID(), r.a.self
 	seq := pos
 	for ; seq < end && len(out) < max; seq++ {
 		buf.lend(out)
@@ -388,13 +389,13 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 			mem.Put64(b, e+rl.PSeq, seq)
 			continue
 		}
-		mem.Put64(b, e+rl.PHolder, r.a.self)
+		mem.Put64(b, e+rl.PHolder, self)
 		mem.Put64(b, e+rl.PDeadline, deadline)
 		mem.Put64(b, e+rl.PSince, uint64(now))
 		mem.Put64(b, e+rl.PState, pendWord(rl.StPending, 1))
 		mem.Put64(b, e+rl.PSeq, seq)
 		rec.Deliveries = 1
-		rec.lease = g.leaseID()
+		rec.lease = lease
 		prev = rec.Topic
 		out = append(out, rec)
 	}
