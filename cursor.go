@@ -160,8 +160,9 @@ func (c *Cursor) AppendRead(dst []Record, max int) []Record {
 // still return false: a later record may have been a hole, and a
 // concurrent goroutine may have read it), ctx ends (returns ctx.Err()) or
 // the arena closes (ErrClosed). It returns nil at once when something is
-// already readable. It sleeps on a futex shared with producers, waking at
-// least every 100 ms to notice a producer that died mid-publish.
+// already readable. Like Group.Wait it polls for up to 50 µs before it
+// sleeps on a futex shared with producers, waking at least every 100 ms
+// to notice a producer that died mid-publish.
 func (c *Cursor) Wait(ctx context.Context) (err error) {
 	defer catchFault(c.r.a, guard(), &err)
 	return c.r.wait(ctx, func(spin bool) bool {
