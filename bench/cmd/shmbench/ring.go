@@ -61,7 +61,6 @@ type ringResult struct {
 	throughput float64   // records/s, the median of rounds
 	rounds     []float64 // records/s in each round, peers alternating
 	p50, p99   time.Duration
-	note       string
 }
 
 func monoNow() int64 {
