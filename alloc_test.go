@@ -1,6 +1,7 @@
 package shmarena
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -121,6 +122,26 @@ func TestPublishAllocatesNothing(t *testing.T) {
 		if _, err := r.Publish("topic", p); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// PublishWait with room (a WithBackpressure group that keeps up) is a
+// Publish: it copies the handle to mark its publishes quiet, and that
+// copy must stay on the stack.
+func TestPublishWaitAllocatesNothing(t *testing.T) {
+	a, _ := openTestArena(t, 4<<20)
+	r, err := a.Ring("alloc", WithSlots(1024), WithSlotSize(128))
+	require.NoError(t, err)
+	g, err := r.Group("g", WithBackpressure())
+	require.NoError(t, err)
+	p := make([]byte, 64)
+	ctx := context.Background()
+	var recs []Record
+	zeroAllocs(t, "PublishWait, then AppendClaim", func() {
+		if _, err := r.PublishWait(ctx, "topic", p); err != nil {
+			t.Fatal(err)
+		}
+		recs = g.AppendClaim(recs[:0], 1)
 	})
 }
 

@@ -160,17 +160,18 @@ func (c *Cursor) AppendRead(dst []Record, max int) []Record {
 // still return false: a later record may have been a hole, and a
 // concurrent goroutine may have read it), ctx ends (returns ctx.Err()) or
 // the arena closes (ErrClosed). It returns nil at once when something is
-// already readable. It sleeps on a futex shared with producers, waking at
-// least every 100 ms to notice a producer that died mid-publish.
+// already readable. Like Group.Wait it polls for up to 50 µs before it
+// sleeps on a futex shared with producers, waking at least every 100 ms
+// to notice a producer that died mid-publish.
 func (c *Cursor) Wait(ctx context.Context) (err error) {
 	defer catchFault(c.r.a, guard(), &err)
-	return c.r.wait(ctx, func() bool {
+	return c.r.wait(ctx, func(spin bool) bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.pos < mem.Load64(c.r.b, c.r.off+rl.OffNext) {
 			return true
 		}
-		return c.r.checkHole(&c.hw)
+		return !spin && c.r.checkHole(&c.hw)
 	})
 }
 

@@ -205,7 +205,7 @@ func (g *Group) holderAlive(tok uint64, now int64) bool {
 
 // entry returns the offset of seq's pending-table entry.
 func (g *Group) entry(seq uint64) int {
-	return g.table + int(seq%g.r.inFlight)*rl.PendSize
+	return g.table + ringIndex(seq, g.r.inFlight, g.r.pendMask)*rl.PendSize
 }
 
 func pendWord(state, deliveries uint32) uint64 { return uint64(state)<<32 | uint64(deliveries) }
@@ -365,6 +365,7 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 		prev = out[len(out)-1].Topic
 	}
 	deadline := uint64(deadlineFrom(now, g.lease))
+	lease, self := g.leaseID(), r.a.self
 	seq := pos
 	for ; seq < end && len(out) < max; seq++ {
 		buf.lend(out)
@@ -388,13 +389,13 @@ func (g *Group) claimNew(now int64, pos, end uint64, max int, out []Record, buf 
 			mem.Put64(b, e+rl.PSeq, seq)
 			continue
 		}
-		mem.Put64(b, e+rl.PHolder, r.a.self)
+		mem.Put64(b, e+rl.PHolder, self)
 		mem.Put64(b, e+rl.PDeadline, deadline)
 		mem.Put64(b, e+rl.PSince, uint64(now))
 		mem.Put64(b, e+rl.PState, pendWord(rl.StPending, 1))
 		mem.Put64(b, e+rl.PSeq, seq)
 		rec.Deliveries = 1
-		rec.lease = g.leaseID()
+		rec.lease = lease
 		prev = rec.Topic
 		out = append(out, rec)
 	}

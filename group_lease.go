@@ -149,13 +149,15 @@ func (g *Group) settleLocked(op settleOp, d time.Duration, recs []Record) error 
 	}
 	var lost int
 	var first uint64
-	for _, rec := range recs {
+	lease, self := g.leaseID(), r.a.self
+	for i := range recs {
+		rec := &recs[i] // not a 64-byte copy per record
 		e := g.entry(rec.Seq)
-		held := mem.Load64(b, e+rl.PState) == pendWord(rl.StPending, uint32(rec.Deliveries)) && mem.Load64(b, e+rl.PHolder) == r.a.self
+		held := mem.Load64(b, e+rl.PState) == pendWord(rl.StPending, uint32(rec.Deliveries)) && mem.Load64(b, e+rl.PHolder) == self
 		if brokenAck && op == opAck {
 			held = mem.Load64(b, e+rl.PState)>>32 == rl.StPending
 		}
-		if rec.lease != g.leaseID() || rec.Seq < floor || rec.Seq >= pos || rec.Deliveries <= 0 || int64(rec.Deliveries) > math.MaxUint32 ||
+		if rec.lease != lease || rec.Seq < floor || rec.Seq >= pos || rec.Deliveries <= 0 || int64(rec.Deliveries) > math.MaxUint32 ||
 			mem.Load64(b, e+rl.PSeq) != rec.Seq || !held {
 			if lost == 0 {
 				first = rec.Seq

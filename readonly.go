@@ -66,13 +66,16 @@ func (m *Map) refuse(op string) error {
 	return m.a.refuse("map "+quote(m.name), op)
 }
 
-// refuse is Arena.refuse for a write to ring r; see Map.refuse.
+// refuse is Arena.refuse for a write to ring r; see Map.refuse. It is
+// small enough to inline, so a writable handle pays two loads.
 func (r *Ring) refuse(op string) error {
 	if r.a == nil || !r.a.readOnly {
 		return nil
 	}
-	return r.a.refuse("ring "+quote(r.name), op)
+	return r.refuseWrite(op)
 }
+
+func (r *Ring) refuseWrite(op string) error { return r.a.refuse("ring "+quote(r.name), op) }
 
 func openReadOnly(path string, cfg openConfig) (*Arena, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)

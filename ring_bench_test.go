@@ -351,3 +351,91 @@ func BenchmarkClaim(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoundTrip is the harness's ring pipeline in one goroutine, for
+// instruction counts (bench/irperop.sh): PublishWait of a batch of 64-byte
+// records, then the consumer's claims of that batch, per record. The two
+// groups compared by the harness: at-most-once WithBackpressure with
+// AppendClaim into a reused slice, and at-least-once WithAck with
+// AckAndClaim. Both producers use PublishWait, as in bench/cmd/shmbench.
+func BenchmarkRoundTrip(b *testing.B) {
+	p := make([]byte, benchRecord)
+	ctx := context.Background()
+	for _, acked := range []bool{false, true} {
+		for _, batch := range []int{1, 64} {
+			name := fmt.Sprintf("backpressure/append%d", batch)
+			if acked {
+				name = fmt.Sprintf("acked/ackandclaim%d", batch)
+			}
+			b.Run(name, func(b *testing.B) {
+				a, _ := openTestArena(b, 4<<20)
+				r, err := a.Ring("rt", ackBenchShape...)
+				require.NoError(b, err)
+				opt := WithBackpressure()
+				if acked {
+					opt = WithAck(time.Minute)
+				}
+				g, err := r.Group("g", opt)
+				require.NoError(b, err)
+				var recs []Record
+				b.ReportAllocs()
+				b.SetBytes(benchRecord)
+				for i := 0; i < b.N; i += batch {
+					for range batch {
+						if _, err := r.PublishWait(ctx, "t", p); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for got := 0; got < batch; got += len(recs) {
+						if acked {
+							if recs, err = g.AckAndClaim(recs, batch); err != nil {
+								b.Fatal(err)
+							}
+						} else {
+							recs = g.AppendClaim(recs[:0], batch)
+						}
+					}
+				}
+				if acked {
+					require.NoError(b, g.Ack(recs...))
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPublishPolled is Publish while another goroutine polls the
+// ring's head in a loop, as a reader waiting for records does: what the
+// reader's loads of the next-sequence word cost the producer (its line
+// moves between the cores on every poll that sees a new record).
+func BenchmarkPublishPolled(b *testing.B) {
+	a, _ := openTestArena(b, 4<<20)
+	r, err := a.Ring("bench", benchShape...)
+	require.NoError(b, err)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for seen := uint64(0); ; {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for range 64 {
+				if h := r.Head(); h != seen {
+					seen = h
+				}
+			}
+		}
+	}()
+	p := make([]byte, benchRecord)
+	b.SetBytes(benchRecord)
+	for b.Loop() {
+		if _, err := r.Publish("t", p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	close(stop)
+	<-done
+}

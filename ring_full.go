@@ -187,7 +187,7 @@ func (r *Ring) finished(g, i int, flags, v uint64) bool {
 	if v >= pos || r.inFlight == 0 || pos-floor > r.inFlight {
 		return false
 	}
-	e := r.tables + (i*int(r.inFlight)+int(v%r.inFlight))*rl.PendSize
+	e := r.tables + (i*int(r.inFlight)+ringIndex(v, r.inFlight, r.pendMask))*rl.PendSize
 	s1 := mem.Load64(b, e+rl.PSeq)
 	st := mem.Load64(b, e+rl.PState)
 	if s1 == v && mem.Load64(b, e+rl.PSeq) == v {
@@ -210,7 +210,7 @@ func (r *Ring) gaveUp(g, i int, seq uint64) bool {
 	if md == 0 || r.inFlight == 0 {
 		return false
 	}
-	e := r.tables + (i*int(r.inFlight)+int(seq%r.inFlight))*rl.PendSize
+	e := r.tables + (i*int(r.inFlight)+ringIndex(seq, r.inFlight, r.pendMask))*rl.PendSize
 	if mem.Load64(b, e+rl.PSeq) != seq {
 		return false
 	}
@@ -272,7 +272,7 @@ func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (_
 	q := *r
 	q.quiet = true
 	for {
-		s, err := q.Publish(topic, payload)
+		s, err := q.publish(topic, payload)
 		if err != errNoRoom {
 			return s, err
 		}

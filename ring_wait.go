@@ -113,12 +113,20 @@ const waitSpin = 50 * time.Microsecond
 // wait blocks until avail reports true, ctx ends or the arena closes. A
 // sleeper announces itself and reads the futex word before re-checking,
 // so a commit after the check changes the word and wakes it.
-func (r *Ring) wait(ctx context.Context, avail func() bool) error {
+//
+// avail(true) is the poll of the spin phase, called in a loop: it looks
+// only for new records, with loads of words readers read anyway. The
+// slower checks (a producer dead mid-publish, which reads the publish
+// lock's word and the clock; an acking group's due leases, a scan of its
+// pending table) are left to avail(false), which runs before every sleep:
+// a spinning reader that loaded the lock's line on every poll took it
+// from the producer, who writes it twice per record.
+func (r *Ring) wait(ctx context.Context, avail func(spin bool) bool) error {
 	defer runtime.KeepAlive(r)
 	if r.closed() {
 		return ErrClosed
 	}
-	if avail() {
+	if avail(false) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -133,7 +141,7 @@ func (r *Ring) wait(ctx context.Context, avail func() bool) error {
 	// announced sleepers).
 	for start := time.Now(); time.Since(start) < waitSpin; {
 		runtime.Gosched()
-		if avail() {
+		if avail(true) {
 			return nil
 		}
 		if r.closed() || ctx.Err() != nil {
@@ -157,7 +165,7 @@ func (r *Ring) wait(ctx context.Context, avail func() bool) error {
 		switch {
 		case r.closed():
 			err = ErrClosed
-		case avail():
+		case avail(false):
 		case ctx.Err() != nil:
 			err = ctx.Err()
 		default:
@@ -183,7 +191,7 @@ const (
 )
 
 // poll is wait for a read-only handle.
-func (r *Ring) poll(ctx context.Context, avail func() bool) error {
+func (r *Ring) poll(ctx context.Context, avail func(spin bool) bool) error {
 	t := time.NewTimer(readOnlyPoll)
 	defer t.Stop()
 	for d := readOnlyPoll; ; d = min(2*d, readOnlyPollMax) {
@@ -195,7 +203,7 @@ func (r *Ring) poll(ctx context.Context, avail func() bool) error {
 		switch {
 		case r.closed():
 			return ErrClosed
-		case avail():
+		case avail(false):
 			return nil
 		}
 		t.Reset(d)

@@ -14,7 +14,6 @@
 //	               the slot it would overwrite at or past it
 //	48      8      pending-table capacity per group (max in flight, entries)
 //	64      8      publish lock (robust lock word: owner's token, see internal/owner; 0 = free)
-//	72      8      next sequence to publish (starts at 1; 0 never names a record)
 //	80      8      oversize count
 //	88      8      abandoned count
 //	96      8      publish lock's futex word for parked waiters (see internal/rlock)
@@ -35,6 +34,13 @@
 //	152     4      room futex word: bit 0 set by a producer about to sleep for
 //	               room, bits 1-31 a sequence bumped (and bit 0 cleared) when a
 //	               protected group's floor moves
+//	160     8      next sequence to publish (starts at 1; 0 never names a record).
+//	               Not on the publish lock's line (layout 2 had it at 72):
+//	               readers poll it, and a reader's load of the lock's line
+//	               between a producer's acquire and release costs the producer
+//	               the line twice more. Here it shares a line with the words
+//	               readers read anyway (futex, room) and the producer reads
+//	               after its commit (futex).
 //	192     8      group-table lock (robust lock word)
 //	224     8      group-table lock's futex word
 //	256     28672  group table: 64 entries of 448 bytes
@@ -105,7 +111,7 @@ import "fmt"
 
 const (
 	Magic   uint64 = 0x31474e49524d4853 // "SHMRING1" little-endian
-	Version uint64 = 2
+	Version uint64 = 3
 
 	OffMagic     = 0
 	OffSlots     = 8
@@ -115,7 +121,7 @@ const (
 	OffFloor     = 40
 	OffInFlight  = 48
 	OffLock      = 64
-	OffNext      = 72
+	OffNext      = 160
 	OffOversize  = 80
 	OffAbandoned = 88
 	OffHoleCount = 104

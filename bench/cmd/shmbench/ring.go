@@ -61,7 +61,6 @@ type ringResult struct {
 	throughput float64   // records/s, the median of rounds
 	rounds     []float64 // records/s in each round, peers alternating
 	p50, p99   time.Duration
-	note       string
 }
 
 func monoNow() int64 {
@@ -476,8 +475,22 @@ func ringRun(peerName, dir, addr string, arg ringArg) (recv, time.Duration, erro
 	return rc, el, err
 }
 
+// Ring rounds: ringRounds rounds of ringRound each by default (-reps
+// sets the rounds, -ringdur the round's length, -ringpeers the peers).
+// Five half-second rounds rather than three of a second: on a shared
+// 2-core machine the load moves within seconds, and a ratio of two peers
+// is only as good as the closeness in time of the runs it divides.
+const (
+	ringRounds = 5
+	ringRound  = 500 * time.Millisecond
+)
+
 func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
-	tput := ringArg{mode: "tput", n: 1 << 24, limit: time.Second}
+	round := ringRound
+	if *flagRingDur > 0 {
+		round = *flagRingDur
+	}
+	tput := ringArg{mode: "tput", n: 1 << 26, limit: round}
 	lat := ringArg{mode: "lat", n: 1000, gap: time.Millisecond}
 	if short {
 		tput = ringArg{mode: "tput", n: 1 << 16, limit: 100 * time.Millisecond}
@@ -486,7 +499,16 @@ func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 	var out []ringResult
 	var notes []string
 	var peers []string
+	want := map[string]bool{}
+	for _, p := range strings.Split(*flagRingPeers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			want[p] = true
+		}
+	}
 	for _, p := range ringPeers {
+		if len(want) > 0 && !want[p] {
+			continue
+		}
 		if p == "Redis Streams" && addr == "" {
 			notes = append(notes, "Redis Streams skipped: no Redis.")
 			continue
@@ -494,15 +516,25 @@ func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 		peers = append(peers, p)
 		out = append(out, ringResult{peer: p})
 	}
-	// Throughput in rounds, every peer once per round in turn, so the
-	// ratios compare runs made minutes apart at most on this shared
+	// Throughput in rounds, every peer once per round, in turn and in
+	// reverse turn on alternate rounds (so a peer is not always run just
+	// after the same one, and a drift of the load over a round pair
+	// cancels), so the ratios compare runs seconds apart on this shared
 	// machine; the report gives medians with the rounds' ranges.
-	rounds := 3
+	rounds := ringRounds
+	if *flagReps > 0 {
+		rounds = max(*flagReps, 3)
+	}
 	if short {
 		rounds = 1
 	}
-	for range rounds {
-		for i, p := range peers {
+	for k := range rounds {
+		for j := range peers {
+			i := j
+			if k%2 == 1 {
+				i = len(peers) - 1 - j
+			}
+			p := peers[i]
 			rc, el, err := ringRun(p, dir, addr, tput)
 			if err != nil {
 				return nil, nil, fmt.Errorf("%s throughput: %w", p, err)
