@@ -323,10 +323,10 @@ func (m *Map) pinEqual(s uint64, v view, b []byte) bool {
 	if metaFlags(v.meta)&flagCounter == 0 {
 		return true
 	}
-	if mem.HasCAS128 && (v.off+sVersion)&15 == 0 && len(b) == 8 {
+	if mem.HasCAS128 && (v.off+sCount)&15 == 0 && len(b) == 8 {
 		m.setIntent(s, v.off)
 		n := binary.LittleEndian.Uint64(b)
-		if mem.CAS128(m.mem, v.off+sVersion, v.ver, n, m.begun(v.ver, s), n) {
+		if mem.CAS128(m.mem, v.off+sCount, n, v.ver, n, m.begun(v.ver, s)) {
 			return true
 		}
 		m.clearIntent(s)
@@ -413,7 +413,7 @@ func (m *Map) setDeadline(key string, ttl time.Duration) bool {
 		d = deadlineFrom(n, ttl)
 		m.noteDeadlines()
 	}
-	mem.Store64(m.mem, v.off+sDeadline, uint64(d))
+	mem.Store64(m.mem, deadlineOff(v.off, v.meta), uint64(d))
 	if !m.end(v.off, odd) {
 		return false
 	}

@@ -41,7 +41,7 @@ import (
 
 const (
 	Magic      uint64 = 0x414e4552414d4853 // "SHMARENA" little-endian
-	Version    uint32 = 8
+	Version    uint32 = 9
 	OrderProbe uint32 = 0x01020304
 	WordSize   uint32 = 8
 
