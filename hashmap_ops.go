@@ -231,8 +231,8 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	if err := m.check(key, len(new)); err != nil {
 		return false, err
 	}
-	if brokenCompareAndSwap != nil {
-		return brokenCompareAndSwap(m, key, old, new)
+	if swapped, err, broken := brokenCompareAndSwap(m, key, old, new); broken {
+		return swapped, err
 	}
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
@@ -268,11 +268,6 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	m.clearIntent(s)
 	return true, nil
 }
-
-// brokenCompareAndSwap is nil except in a build with the shmarena_broken
-// tag (lincheck_broken.go), where it replaces CompareAndSwap with one that
-// is not atomic, so that lincheck can show its checker catches it.
-var brokenCompareAndSwap func(m *Map, key string, old, new []byte) (bool, error)
 
 // CompareAndDelete deletes key if its value equals old and reports
 // whether it did. False after Close.
