@@ -5,13 +5,10 @@ package shmarena
 // lock dies with the carver, so nobody else blocks on it.
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -96,19 +93,11 @@ func init() {
 func TestCarverKilledWhileWorkerHoldsItsFile(t *testing.T) {
 	_, path := tempArena(t, 1<<20)
 	cmd := child(t, "carver-with-worker", "SHMARENA_PATH="+path)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	r := bufio.NewReader(out)
-	line, err := r.ReadString('\n')
-	require.NoError(t, err)
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "WORKER ")))
-	require.NoError(t, err, "line %q", line)
+	r := startReporting(t, cmd)
+	pid := reportedInt(t, r, "WORKER ")
 	// The worker is alive and attached to nothing: it only holds fd 3.
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	line, err = r.ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "AT carve\n", line)
+	require.Equal(t, "AT carve", nextReport(t, r))
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
 
@@ -141,18 +130,10 @@ func TestCarverKilledWhileWorkerHoldsItsFile(t *testing.T) {
 // above) keeps the flock from outliving the carver.
 func TestMemfdWorkerCarvesAfterItsCreatorDiedCarving(t *testing.T) {
 	cmd := child(t, "memfd-carver")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	r := bufio.NewReader(out)
-	line, err := r.ReadString('\n')
-	require.NoError(t, err)
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "WORKER ")))
-	require.NoError(t, err, "line %q", line)
+	r := startReporting(t, cmd)
+	pid := reportedInt(t, r, "WORKER ")
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
-	line, err = r.ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "AT carve\n", line)
+	require.Equal(t, "AT carve", nextReport(t, r))
 	require.NoError(t, cmd.Process.Kill())
 	_, _ = cmd.Process.Wait()
 

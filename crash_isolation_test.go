@@ -5,7 +5,6 @@ package shmarena
 // the dead writer's slot nor writers of other segments.
 
 import (
-	"bufio"
 	"testing"
 	"time"
 
@@ -30,14 +29,10 @@ func TestLoadOfDeadWritersSlotWaitsForNoOtherStripe(t *testing.T) {
 
 	holder := child(t, "crash-op", "SHMARENA_PATH="+path, "SHMARENA_OP=store", "SHMARENA_POINT=insert",
 		"SHMARENA_KEY="+held, "SHMARENA_VAL=w")
-	out, err := holder.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, holder.Start())
+	r := startReporting(t, holder)
 	stop := func() { _ = holder.Process.Kill(); _ = holder.Wait() }
 	t.Cleanup(stop)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "AT insert\n", line) // alive, holding stripe 2
+	require.Equal(t, "AT insert", nextReport(t, r)) // alive, holding stripe 2
 
 	done := make(chan bool, 1)
 	start := time.Now()
@@ -72,14 +67,10 @@ func TestRecountHoldsNoStripeWhileALiveHolderHasOne(t *testing.T) {
 
 	holder := child(t, "crash-op", "SHMARENA_PATH="+path, "SHMARENA_OP=store", "SHMARENA_POINT=insert",
 		"SHMARENA_KEY="+held, "SHMARENA_VAL=w")
-	out, err := holder.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, holder.Start())
+	r := startReporting(t, holder)
 	stop := func() { _ = holder.Process.Kill(); _ = holder.Wait() }
 	t.Cleanup(stop)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "AT insert\n", line) // alive, holding stripe 3
+	require.Equal(t, "AT insert", nextReport(t, r)) // alive, holding stripe 3
 
 	recovered := make(chan error, 1)
 	go func() { recovered <- m.Store(victim, []byte("x")) }() // takes stripe 1 over, recounts

@@ -1,13 +1,11 @@
 package shmarena
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -273,12 +271,7 @@ func TestLoadOrComputeKilledComputerHandsOver(t *testing.T) {
 	m, err := a.Map("m", WithSlots(64))
 	require.NoError(t, err)
 	c := child(t, "compute-and-hang", "SHMARENA_PATH="+path)
-	out, err := c.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "inside", strings.TrimSpace(line))
+	require.Equal(t, "inside", nextReport(t, startReporting(t, c)))
 
 	var runs atomic.Int32
 	var wg sync.WaitGroup

@@ -1,9 +1,7 @@
 package shmarena
 
 import (
-	"bufio"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -120,12 +118,7 @@ func TestMapStatsHitsOfClosedAndKilledProcesses(t *testing.T) {
 	assert.Equal(t, uint64(20), st.Misses)
 
 	c := child(t, "hits-reader", append(env, "SHMARENA_HANG=1")...)
-	out, err := c.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, c.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "ready", strings.TrimSpace(line))
+	require.Equal(t, "ready", nextReport(t, startReporting(t, c)))
 	before := m.Stats()
 	assert.Equal(t, uint64(3000), before.Hits)
 	require.NoError(t, c.Process.Signal(syscall.SIGKILL))

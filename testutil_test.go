@@ -1,10 +1,13 @@
 package shmarena
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -232,4 +235,36 @@ func untilKilled() {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// startReporting starts a child process with its standard output piped and
+// returns a reader of the lines it reports (such as "AT insert" when it
+// parks at a crash point, or "WORKER 1234").
+func startReporting(t testing.TB, cmd *exec.Cmd) *bufio.Reader {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	return bufio.NewReader(out)
+}
+
+// nextReport reads the next line a child reports, without its newline; it
+// fails the test if the child ended first.
+func nextReport(t testing.TB, r *bufio.Reader) string {
+	t.Helper()
+	line, err := r.ReadString('\n')
+	require.NoError(t, err, "the child ended before reporting (read %q)", line)
+	return strings.TrimSuffix(line, "\n")
+}
+
+// reportedInt reads the next line a child reports, requires it to be prefix
+// followed by a decimal number, and returns the number.
+func reportedInt(t testing.TB, r *bufio.Reader, prefix string) int {
+	t.Helper()
+	line := nextReport(t, r)
+	s, ok := strings.CutPrefix(line, prefix)
+	require.True(t, ok, "the child reported %q, want %q and a number", line, prefix)
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	require.NoError(t, err, "the child reported %q", line)
+	return n
 }

@@ -386,24 +386,46 @@ func runCheck(e *env, fs *flag.FlagSet, args []string) error {
 	default:
 		return err
 	}
+	damage := 0
+	for _, f := range found {
+		if !f.Unjudged {
+			damage++
+		}
+	}
 	if e.json {
 		if err := e.printJSON(struct {
-			OK       bool
+			OK       bool // no damage found
+			Complete bool // every part judged
 			Regions  int
 			Findings []shmarena.Finding
-		}{len(found) == 0, regions, found}); err != nil {
+		}{damage == 0, len(found) == damage, regions, found}); err != nil {
 			return err
 		}
-	} else if len(found) == 0 {
-		fmt.Fprintf(e.stdout, "ok: %d regions checked, nothing wrong\n", regions)
 	} else {
 		for _, f := range found {
 			fmt.Fprintln(e.stdout, f)
 		}
-		fmt.Fprintf(e.stdout, "%d finding(s)\n", len(found))
+		switch {
+		case len(found) == 0:
+			fmt.Fprintf(e.stdout, "ok: %d regions checked, nothing wrong\n", regions)
+		case damage == 0:
+			fmt.Fprintf(e.stdout, "nothing wrong in %d regions checked, but %d part(s) not judged: their writers never paused; run check again when they are quieter\n", regions, len(found))
+		default:
+			fmt.Fprintf(e.stdout, "%d finding(s)\n", damage)
+		}
 	}
-	if len(found) > 0 {
+	return checkStatus(len(found), damage)
+}
+
+// checkStatus is check's answer: damage is a "no" (exit 1); parts that
+// could not be judged, with no damage elsewhere, are errUnjudged (exit 3),
+// so that a script watching a busy arena tells "not sure" from "broken".
+func checkStatus(findings, damage int) error {
+	switch {
+	case damage > 0:
 		return errNo
+	case findings > 0:
+		return errUnjudged
 	}
 	return nil
 }

@@ -26,7 +26,7 @@
 //	shmarena dump FILE MAP > out.jsonl          every key, value (base64), TTL and counter
 //	shmarena load FILE MAP < out.jsonl          what dump wrote, back
 //	shmarena tail FILE RING [--topic T] [-n N] [-f]
-//	shmarena check FILE                         validate every region; exit 1 on a finding
+//	shmarena check FILE                         validate every region; exit 1 on a finding, 3 if part was not judged
 //	shmarena locks FILE [--recover] [--yes]     held locks and their owners; take over dead ones
 //	shmarena clear FILE MAP [--yes]
 //	shmarena drop-group FILE RING GROUP [--yes]
@@ -34,7 +34,8 @@
 //
 // Exit status: 0 on success, 1 when the answer is "no" (check found
 // something, get found no key, a confirmation was refused) or an
-// operation failed, 2 for a usage error.
+// operation failed, 2 for a usage error, 3 when check found nothing wrong
+// but could not judge a map segment whose writers never paused.
 package main
 
 import (
@@ -60,6 +61,10 @@ type env struct {
 
 // errNo is a "no" answer: exit status 1 with its message already printed.
 var errNo = errors.New("no")
+
+// errUnjudged is check's "nothing wrong, but not everything judged": exit
+// status 3, its message already printed.
+var errUnjudged = errors.New("not everything judged")
 
 type command struct {
 	args  string // positional arguments, for usage
@@ -87,7 +92,7 @@ func init() {
 		"dump":       {args: "FILE MAP", about: "every entry as JSON lines", run: runDump, min: 2, max: 2},
 		"load":       {args: "FILE MAP", about: "store the JSON lines dump wrote (writes)", run: runLoad, min: 2, max: 2},
 		"tail":       {args: "FILE RING", about: "a ring's records; -f follows, like tail -f", run: runTail, flags: tailFlags, min: 2, max: 2},
-		"check":      {args: "FILE", about: "validate every region; exit 1 on a finding", run: runCheck, min: 1, max: 1},
+		"check":      {args: "FILE", about: "validate every region; exit 1 on a finding (3: part not judged)", run: runCheck, min: 1, max: 1},
 		"locks":      {args: "FILE", about: "held locks and their owners; --recover takes over dead ones (writes)", run: runLocks, flags: locksFlags, min: 1, max: 1},
 		"clear":      {args: "FILE MAP", about: "delete every key of a map (writes)", run: runClear, flags: yesFlag, min: 2, max: 2},
 		"drop-group": {args: "FILE RING GROUP", about: "remove a consumer group (writes)", run: runDropGroup, flags: yesFlag, min: 3, max: 3},
@@ -143,6 +148,8 @@ func run(e *env, argv []string) int {
 		return 0
 	case errors.Is(err, errNo):
 		return 1
+	case errors.Is(err, errUnjudged):
+		return 3
 	default:
 		fmt.Fprintf(e.stderr, "%s\n", err)
 		return 1
