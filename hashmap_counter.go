@@ -94,9 +94,7 @@ func (m *Map) addInPlace(key string, h uint64, delta int64) (n int64, err error,
 		case metaFlags(v.meta)&flagCounter == 0:
 			return 0, fmt.Errorf("shmarena: map %s: key %s: %w", quote(m.name), quote(key), ErrNotCounter), true
 		}
-		if _, sp, home := m.place(h); sp.dist(home, m.slotIndex(v.off)) >= 8 {
-			m.noteHint(h, v.off)
-		}
+		m.noteHint(h, v.off)
 	}
 	// A live slot's version is never 0; a crafted file's could be, and
 	// the private zero pages that replace the mapping at Close hold 0:
