@@ -34,6 +34,7 @@ var (
 
 func spreadShape() {
 	spreadOnce.Do(func() {
+		setBenchShape() // -benchseed
 		spreadKeys = make([]string, spreadCounters)
 		for i := range spreadKeys {
 			spreadKeys[i] = fmt.Sprintf("ctr-%020d", i) // 24 bytes

@@ -29,6 +29,13 @@ var mapSlots = flag.Int("mapslots", 1<<16, "slots in the map benchmarks' tables 
 // then counts its use too.
 var mapEvict = flag.Bool("mapevict", false, "make the map benchmarks' tables evicting")
 
+// benchSeed fixes the hash seed of the arenas the benchmarks create, so
+// that instruction counts (bench/irperop.sh) of two builds compare the
+// same table: with a random seed, where 16 counters land in a table 75%
+// full, and so how far each is from its home, changes every run, and a
+// count with it by 100 instructions or more.
+var benchSeed = flag.Uint64("benchseed", 0, "hash seed of the benchmarks' arenas (0: random)")
+
 var (
 	mapBenchOnce sync.Once
 	benchSlots   int
@@ -48,6 +55,9 @@ func setBenchShape() {
 		benchSlots = max(*mapSlots, 64)
 		benchFill = benchSlots * 3 / 4
 		benchOrder = rand.New(rand.NewPCG(7, 7)).Perm(benchFill)
+		if *benchSeed != 0 {
+			seedForTest = benchSeed
+		}
 	})
 }
 
