@@ -103,7 +103,10 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 			return v, dst, nearUnsure
 		}
 		keyAt += 8
-	default:
+	default: // checked after the inline cases, which stay first
+		if meta&0xffffffff == metaOf(stateLive, flagExternal, kl, 0) {
+			return m.readNearExternal(key, h, dst, want, i+d, off, hdr, ver, meta)
+		}
 		return v, dst, nearUnsure
 	}
 	if ver&1 != 0 || atomic.LoadUint64(&hdr[sHash/8]) != h ||

@@ -186,7 +186,10 @@ func (m *Map) appendExternal(dst []byte, off int, meta uint64) []byte {
 		valueReadHook()
 	}
 	base := m.vsOff(s) + vsHeader
-	from := (at + recHeader) % m.vs.share
+	from := at + recHeader // at < share: one subtraction wraps it (no division on the read path)
+	if from >= m.vs.share {
+		from -= m.vs.share
+	}
 	first := min(uint64(n), m.vs.share-from)
 	dst = mem.AppendBytes(dst, m.mem, base+int(from), int(first))
 	if rest := n - int(first); rest > 0 {

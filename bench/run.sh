@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the shmarena benchmark suite: map ops against in-process floors,
 # bbolt and Redis (warmed processes, 3 alternating rounds, medians with
-# ranges); the ring against a Unix socket, a pipe and Redis Streams;
+# ranges); read hit and Store for values of 64 B to 256 KiB against a Go
+# map behind RWMutex, ristretto v2, otter v2 and Redis; the ring against a
+# Unix socket, a pipe and Redis Streams;
 # per-operation latency distributions; a new worker's first-touch cost
 # with and without Arena.Prefault (and on 2 MiB pages when a tmpfs with
 # huge=always can be mounted); and the map's scaling curves. Writes

@@ -51,7 +51,7 @@ var (
 	flagDur     = flag.Duration("dur", 0, "time per measurement (default 150ms, 40ms with -short)")
 	flagReps    = flag.Int("reps", 0, "rounds per cell, each alternating the peers; ratios are the median of the rounds (default 3, at least 3)")
 	flagPeers   = flag.String("peers", "", "comma-separated map peers to run (default all), e.g. shmarena for profiling")
-	flagOnly    = flag.String("only", "map,ring,redisws,latency,touch,scale", "sections to run")
+	flagOnly    = flag.String("only", "map,ring,redisws,values,latency,touch,scale", "sections to run")
 	flagHugeDir = flag.String("hugedir", "", "a directory on a tmpfs mounted with huge=always: the first-touch section also measures an arena there (run.sh mounts one when it can)")
 	flagMaxSlot = flag.Int("maxslots", 10_000_000, "largest map in the growth curve")
 	flagCPU     = flag.String("cpuprofile", "", "write a CPU profile of the parent process here")
@@ -662,6 +662,15 @@ func run() error {
 			return err
 		}
 		rep.redisWS = rr
+		rep.notes = append(rep.notes, notes...)
+	}
+	if has(*flagOnly, "values") {
+		logf("values of any size")
+		vr, notes, err := valuesBench(dir, addr, short, dur, reps)
+		if err != nil {
+			return err
+		}
+		rep.values = vr
 		rep.notes = append(rep.notes, notes...)
 	}
 	if has(*flagOnly, "latency") {

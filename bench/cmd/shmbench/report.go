@@ -33,6 +33,7 @@ type report struct {
 	lat   []latResult
 
 	redisWS *redisRatioResult
+	values  *valuesResult
 	touch   *touchResult
 	scale   *scaleResult
 	notes   []string
@@ -311,6 +312,9 @@ func (r *report) markdown() string {
 		w("\n")
 	}
 
+	if r.values != nil {
+		w("%s", r.values.markdown(r.reps))
+	}
 	if r.redisWS != nil {
 		w("%s", r.redisWS.markdown())
 	}

@@ -82,7 +82,7 @@ func touchWorker(dir, arg string, nkeys int) error {
 		}
 		el := time.Since(start)
 		unix.Getrusage(unix.RUSAGE_SELF, &r1)
-		return el, r1.Minflt - r0.Minflt, nil
+		return el, int64(r1.Minflt - r0.Minflt), nil
 	}
 	cold, faults, err := pass()
 	if err != nil {
