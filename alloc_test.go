@@ -87,6 +87,48 @@ func TestMapHotPathsAllocateNothing(t *testing.T) {
 	zeroAllocs(t, "Delete (absent)", func() { m.Delete("absent") })
 }
 
+// CompareAndSwap's old and new may live on the caller's stack: the call
+// keeps no reference to them, so passing them allocates nothing, whether
+// the swap happens or not, on a value and on a counter.
+func TestCompareAndSwapAllocatesNothing(t *testing.T) {
+	a, _ := openTestArena(t, 4<<20)
+	m, err := a.Map("cas", WithSlots(256), WithSlotSize(128))
+	require.NoError(t, err)
+	require.NoError(t, m.Store("value", make([]byte, 64)))
+	_, err = m.Add("counter", 0)
+	require.NoError(t, err)
+	flip := byte(0)
+	zeroAllocs(t, "CompareAndSwap (swapped)", func() {
+		var old, new [64]byte
+		old[0], new[0] = flip, flip^1
+		if ok, err := m.CompareAndSwap("value", old[:], new[:]); !ok || err != nil {
+			t.Fatal("not swapped", err)
+		}
+		flip ^= 1
+	})
+	zeroAllocs(t, "CompareAndSwap (value differs)", func() {
+		var old, new [64]byte
+		old[0], new[0] = 9, 10
+		if ok, err := m.CompareAndSwap("value", old[:], new[:]); ok || err != nil {
+			t.Fatal("swapped", err)
+		}
+	})
+	zeroAllocs(t, "CompareAndSwap (counter)", func() {
+		var old, new [8]byte
+		old[0], new[0] = flip, flip^1
+		if ok, err := m.CompareAndSwap("counter", old[:], new[:]); !ok || err != nil {
+			t.Fatal("not swapped", err)
+		}
+		flip ^= 1
+	})
+	zeroAllocs(t, "CompareAndSwap (absent)", func() {
+		var old, new [8]byte
+		if ok, _ := m.CompareAndSwap("absent", old[:], new[:]); ok {
+			t.Fatal("swapped")
+		}
+	})
+}
+
 // A Load hit returns a copy: that one allocation is its contract
 // (AppendLoad is the form that allocates nothing).
 func TestMapLoadHitAllocatesOnlyTheCopy(t *testing.T) {

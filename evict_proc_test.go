@@ -141,7 +141,7 @@ func TestEvictingMapChurnProcesses(t *testing.T) {
 		require.Equal(t, tagOf(h), m.tag(i), k)
 		v := mem.AppendBytes(nil, m.mem, off+sData+len(k), metaValLen(meta))
 		require.Equal(t, churnValue(k), v, "key %s", k)
-		if deadline := int64(mem.Load64(m.mem, off+sDeadline)); !lapsed(deadline) {
+		if deadline := int64(mem.Load64(m.mem, deadlineOff(off, meta))); !lapsed(deadline) {
 			at[k] = deadline
 		}
 	}

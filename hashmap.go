@@ -29,23 +29,27 @@ import (
 //	...  one tag byte per slot, 64-aligned (see tagOf)
 //	...  evicting maps: one read-count byte per slot, 64-aligned, then per
 //	     segment a small and a main queue of 8-byte hashes (see evict.go)
-//	...  8 bytes of padding past a 64-byte boundary, then slots x slot size
+//	...  64-aligned, slots x slot size
 //	...  64-aligned, the use counts: one 32-byte line per process-table
 //	     entry (see hashmap_uses.go), then the compute table (see
 //	     hashmap_compute.go)
 //
 // A slot:
 //
-//	0  deadline, Unix nanoseconds (0 = none)
-//	8  meta: state | flags<<8 | key length<<16 | value length<<32
-//	16 the key's 64-bit hash (XXH3 under the arena's seed)
-//	24 version: seq<<21 | stripe<<1 | 1 while being written, seq<<21 at rest
-//	32 data: key then value; for a counter the 8-byte value, then the key
+//	0  deadline, Unix nanoseconds (0 = none); a counter's value instead
+//	8  version: seq<<21 | stripe<<1 | 1 while being written, seq<<21 at rest
+//	16 meta: state | flags<<8 | key length<<16 | value length<<32
+//	24 the key's 64-bit hash (XXH3 under the arena's seed)
+//	32 data: key then value; for a counter its deadline, then the key; for
+//	   a value in the value space its 8-byte reference, then the key
 //
-// The padding puts each slot's version and first data word in one aligned
-// 16-byte pair when the slot size is a multiple of 16: Add changes a
-// counter with one 16-byte compare-and-swap of its version and value (see
-// addInPlace).
+// Slots start on a cache line, so a slot of 64 bytes is one line and a
+// counter's Add touches one line. A counter keeps its value at 0, beside
+// the version, where its deadline would be: Add changes a counter with
+// one 16-byte compare-and-swap of the pair (see addInPlace), which must
+// be 16-aligned, and the slot size is a multiple of 8 only. The version
+// could not precede the data with both 16-aligned and the header 32
+// bytes, hence the trade (see deadlineOff).
 const (
 	mapHeader    = 128
 	stripeStride = 192
@@ -68,12 +72,12 @@ const (
 	flagEvict   = 2
 
 	slotHeader = 32
-	sDeadline  = 0
-	sMeta      = 8
-	sHash      = 16
-	sVersion   = 24
+	sDeadline  = 0 // not a counter's: see deadlineOff
+	sCount     = 0 // a counter's value
+	sVersion   = 8
+	sMeta      = 16
+	sHash      = 24
 	sData      = 32
-	slotsPad   = 8 // see the layout: puts sVersion on a 16-byte boundary
 
 	stateEmpty     = 0
 	stateTombstone = 1
@@ -316,7 +320,7 @@ func mapLength(slots, slotSize, stripes int64, evict bool) int64 {
 
 // tailOffset is where the use counts start, after the slots.
 func tailOffset(slots, slotSize, stripes int64, evict bool) int64 {
-	return layout.Align(slotsOffset(slots, stripes, evict) + slotsPad + slots*slotSize)
+	return layout.Align(slotsOffset(slots, stripes, evict) + slots*slotSize)
 }
 
 // regionLength returns a map region's length in bytes, value space
@@ -331,7 +335,7 @@ func regionLength(cfg regionConfig) int64 {
 
 func tagsOffset(stripes int64) int64 { return mapHeader + layout.Align(stripes*stripeStride) }
 
-// slotsOffset is where the padding before the slots starts: after the
+// slotsOffset is where the slots start, 64-aligned: after the
 // tags, and an evicting map's read counts and queues.
 func slotsOffset(slots, stripes int64, evict bool) int64 {
 	o := tagsOffset(stripes) + layout.Align(slots)
@@ -351,7 +355,7 @@ func newMap(a *Arena, e layout.Entry) *Map {
 		mem:      a.mem,
 		base:     o,
 		tagBase:  o + int(tagsOffset(int64(stripes))),
-		slotBase: o + int(slotsOffset(int64(slots), int64(stripes), evict)) + slotsPad,
+		slotBase: o + int(slotsOffset(int64(slots), int64(stripes), evict)),
 		slots:    slots,
 		slotSize: slotSize,
 		stripes:  stripes,

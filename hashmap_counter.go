@@ -57,7 +57,7 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err er
 		crashPoint("add")
 		// An atomic add: lock-free adders (addInPlace) may race with it,
 		// but holding the stripe keeps the slot this key's.
-		return int64(mem.Add64(m.mem, v.off+sData, uint64(delta))), nil
+		return int64(mem.Add64(m.mem, v.off+sCount, uint64(delta))), nil
 	}
 	if found {
 		m.stat(mhExpired)
@@ -99,13 +99,13 @@ func (m *Map) addInPlace(key string, h uint64, delta int64) (n int64, err error,
 	// A live slot's version is never 0; a crafted file's could be, and
 	// the private zero pages that replace the mapping at Close hold 0:
 	// a swap expecting 0 there would report an add that never happened.
-	if (v.off+sVersion)&15 != 0 || v.ver == 0 {
+	if (v.off+sCount)&15 != 0 || v.ver == 0 {
 		return 0, nil, false
 	}
 	crashPoint("add-in-place")
 	for range addRetries {
-		old := mem.Load64(m.mem, v.off+sData)
-		if mem.CAS128(m.mem, v.off+sVersion, v.ver, old, v.ver, old+uint64(delta)) {
+		old := mem.Load64(m.mem, v.off+sCount)
+		if mem.CAS128(m.mem, v.off+sCount, old, v.ver, old+uint64(delta), v.ver) {
 			return int64(old + uint64(delta)), nil, true
 		}
 		if mem.Load64(m.mem, v.off+sVersion) != v.ver {
@@ -161,7 +161,7 @@ func (m *Map) hintedKey(key string, h uint64) (view, bool) {
 	if ver&1 != 0 || !m.holds(off, meta, key, h) {
 		return view{}, false
 	}
-	deadline := int64(mem.Load64(m.mem, off+sDeadline))
+	deadline := int64(mem.Load64(m.mem, deadlineOff(off, meta)))
 	if lapsed(deadline) {
 		return view{}, false
 	}

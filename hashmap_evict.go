@@ -316,7 +316,7 @@ func (m *Map) findHash(sp span, h uint64) (uint64, view, bool) {
 		meta := mem.Load64(m.mem, off+sMeta)
 		if metaState(meta) == stateLive && mem.Load64(m.mem, off+sHash) == h {
 			return i, view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: meta,
-				deadline: int64(mem.Load64(m.mem, off+sDeadline))}, true
+				deadline: int64(mem.Load64(m.mem, deadlineOff(off, meta)))}, true
 		}
 		i, left = sp.add(i, 1), left-1
 	}
@@ -367,10 +367,11 @@ func (m *Map) victimNear(sp span, home uint64) (victim uint64, field int) {
 	victim, best := sp.add(home, n-1), 4
 	for k, i := uint64(0), home; k < n; k, i = k+1, sp.add(i, 1) {
 		off := m.slotOff(i)
-		if metaState(mem.Load64(m.mem, off+sMeta)) != stateLive {
+		meta := mem.Load64(m.mem, off+sMeta)
+		if metaState(meta) != stateLive {
 			continue
 		}
-		if lapsed(int64(mem.Load64(m.mem, off+sDeadline))) {
+		if lapsed(int64(mem.Load64(m.mem, deadlineOff(off, meta)))) {
 			return i, mhExpired
 		}
 		if r := evictRank(m.use(i)); r < best {

@@ -231,8 +231,8 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	if err := m.check(key, len(new)); err != nil {
 		return false, err
 	}
-	if brokenCompareAndSwap != nil {
-		return brokenCompareAndSwap(m, key, old, new)
+	if swapped, err, broken := brokenCompareAndSwap(m, key, old, new); broken {
+		return swapped, err
 	}
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
@@ -268,11 +268,6 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	m.clearIntent(s)
 	return true, nil
 }
-
-// brokenCompareAndSwap is nil except in a build with the shmarena_broken
-// tag (lincheck_broken.go), where it replaces CompareAndSwap with one that
-// is not atomic, so that lincheck can show its checker catches it.
-var brokenCompareAndSwap func(m *Map, key string, old, new []byte) (bool, error)
 
 // CompareAndDelete deletes key if its value equals old and reports
 // whether it did. False after Close.
@@ -323,10 +318,10 @@ func (m *Map) pinEqual(s uint64, v view, b []byte) bool {
 	if metaFlags(v.meta)&flagCounter == 0 {
 		return true
 	}
-	if mem.HasCAS128 && (v.off+sVersion)&15 == 0 && len(b) == 8 {
+	if mem.HasCAS128 && (v.off+sCount)&15 == 0 && len(b) == 8 {
 		m.setIntent(s, v.off)
 		n := binary.LittleEndian.Uint64(b)
-		if mem.CAS128(m.mem, v.off+sVersion, v.ver, n, m.begun(v.ver, s), n) {
+		if mem.CAS128(m.mem, v.off+sCount, n, v.ver, n, m.begun(v.ver, s)) {
 			return true
 		}
 		m.clearIntent(s)
@@ -413,7 +408,7 @@ func (m *Map) setDeadline(key string, ttl time.Duration) bool {
 		d = deadlineFrom(n, ttl)
 		m.noteDeadlines()
 	}
-	mem.Store64(m.mem, v.off+sDeadline, uint64(d))
+	mem.Store64(m.mem, deadlineOff(v.off, v.meta), uint64(d))
 	if !m.end(v.off, odd) {
 		return false
 	}

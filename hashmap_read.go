@@ -98,7 +98,7 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 	keyAt := off + sData
 	switch meta & 0xffffffff {
 	case metaOf(stateLive, 0, kl, 0):
-	case metaOf(stateLive, flagCounter, kl, 0): // the 8-byte value, then the key
+	case metaOf(stateLive, flagCounter, kl, 0): // the deadline, then the key
 		if meta>>32 != 8 {
 			return v, dst, nearUnsure
 		}
@@ -113,12 +113,16 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 		uint64(kl)+meta>>32 > uint64(m.maxPair) || !mem.EqualString(m.mem, keyAt, key) {
 		return v, dst, nearUnsure
 	}
-	deadline := int64(atomic.LoadUint64(&hdr[sDeadline/8]))
 	out = dst
-	if want {
-		if keyAt == off+sData {
+	var deadline int64
+	if keyAt == off+sData {
+		deadline = int64(atomic.LoadUint64(&hdr[sDeadline/8]))
+		if want {
 			out = mem.AppendBytes(dst, m.mem, keyAt+kl, int(meta>>32))
-		} else {
+		}
+	} else { // a counter: its deadline in the first data word
+		deadline = int64(mem.Load64(m.mem, off+sData))
+		if want {
 			out = m.appendValue(dst, off, meta)
 		}
 	}
@@ -169,7 +173,7 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, ou
 				}
 				break
 			}
-			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			deadline := int64(mem.Load64(m.mem, deadlineOff(off, meta)))
 			if want {
 				dst = m.appendValue(dst[:n0], off, meta)
 			}
@@ -241,7 +245,7 @@ func (m *Map) appendValue(dst []byte, off int, meta uint64) []byte {
 		return m.appendExternal(dst, off, meta)
 	}
 	if metaFlags(meta)&flagCounter != 0 {
-		c := mem.Load64(m.mem, off+sData)
+		c := mem.Load64(m.mem, off+sCount)
 		return append(dst, byte(c), byte(c>>8), byte(c>>16), byte(c>>24),
 			byte(c>>32), byte(c>>40), byte(c>>48), byte(c>>56))
 	}

@@ -173,13 +173,24 @@ func metaFlags(meta uint64) uint64 { return meta >> 8 & 0xff }
 func metaKeyLen(meta uint64) int   { return int(meta >> 16 & 0xffff) }
 func metaValLen(meta uint64) int   { return int(meta >> 32) }
 
-// keyOff returns where a slot's key starts: after the 8-byte value of a
-// counter, or the 8-byte reference of a value in the value space.
+// keyOff returns where a slot's key starts: after the 8-byte deadline of
+// a counter, or the 8-byte reference of a value in the value space.
 func keyOff(off int, meta uint64) int {
 	if metaFlags(meta)&(flagCounter|flagExternal) != 0 {
 		return off + sData + 8
 	}
 	return off + sData
+}
+
+// deadlineOff returns where the deadline of the slot at off, whose meta
+// word is meta, is: a counter's value takes the deadline's header word,
+// beside the version (see the slot layout), and its deadline the first
+// data word.
+func deadlineOff(off int, meta uint64) int {
+	if metaFlags(meta)&flagCounter != 0 {
+		return off + sData
+	}
+	return off + sDeadline
 }
 
 // holds reports whether the slot at off, whose meta word is meta, holds key

@@ -183,8 +183,9 @@ func (m *Map) evictBytes(s, h, need uint64) error {
 // evictAt evicts the live entry in the slot at off of segment s (lapsed
 // ones count as expired).
 func (m *Map) evictAt(s uint64, off int) error {
-	v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: mem.Load64(m.mem, off+sMeta),
-		deadline: int64(mem.Load64(m.mem, off+sDeadline))}
+	meta := mem.Load64(m.mem, off+sMeta)
+	v := view{off: off, ver: mem.Load64(m.mem, off+sVersion), meta: meta,
+		deadline: int64(mem.Load64(m.mem, deadlineOff(off, meta)))}
 	crashPoint("value-evict")
 	if !m.remove(s, v) {
 		return m.errLockLost(s)

@@ -113,7 +113,7 @@ func (m *Map) readWalked(s, i uint64, values bool, kb *[]byte) (key string, val 
 		if values {
 			val = m.appendValue([]byte{}, off, meta)
 		}
-		deadline := int64(mem.Load64(m.mem, off+sDeadline))
+		deadline := int64(mem.Load64(m.mem, deadlineOff(off, meta)))
 		if mem.Load64(m.mem, off+sVersion) != ver {
 			continue
 		}

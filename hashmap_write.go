@@ -72,7 +72,7 @@ func (m *Map) seek(key string, h uint64) (view, bool) {
 		ver := mem.Load64(m.mem, off+sVersion)
 		meta := mem.Load64(m.mem, off+sMeta)
 		if ver&1 == 0 && m.holds(off, meta, key, h) {
-			deadline := int64(mem.Load64(m.mem, off+sDeadline))
+			deadline := int64(mem.Load64(m.mem, deadlineOff(off, meta)))
 			if mem.Load64(m.mem, off+sVersion) == ver { // a lock-free Add moves no version
 				return view{off: off, ver: ver, meta: meta, deadline: deadline}, true
 			}
@@ -169,7 +169,7 @@ func (m *Map) sweepFromCursor(s uint64, n uint64) (removed int) {
 func (m *Map) expireAt(s, i uint64) (removed, ok bool) {
 	off := m.slotOff(i)
 	meta := mem.Load64(m.mem, off+sMeta)
-	deadline := int64(mem.Load64(m.mem, off+sDeadline))
+	deadline := int64(mem.Load64(m.mem, deadlineOff(off, meta)))
 	ver := mem.Load64(m.mem, off+sVersion)
 	if metaState(meta) != stateLive || ver&1 != 0 || !lapsed(deadline) {
 		return false, true
@@ -241,22 +241,24 @@ type entry struct {
 func (m *Map) fill(off int, e *entry) {
 	s := m.stripeOf(e.h)
 	old := mem.Load64(m.mem, off+sMeta)
+	var meta uint64
 	if m.external(len(e.key), len(e.val)) && !e.counter {
 		ref := m.appendRecord(s, m.slotIndex(off), e.h, e.val)
-		mem.Put64(m.mem, off+sMeta, metaOf(stateLive, flagExternal, len(e.key), len(e.val)))
+		meta = metaOf(stateLive, flagExternal, len(e.key), len(e.val))
 		mem.Put64(m.mem, off+sData, ref)
 		mem.Write(m.mem, off+sData+8, e.key)
 	} else if e.counter {
-		mem.Put64(m.mem, off+sMeta, metaOf(stateLive, flagCounter, len(e.key), 8))
-		mem.Put64(m.mem, off+sData, uint64(e.n))
+		meta = metaOf(stateLive, flagCounter, len(e.key), 8)
+		mem.Put64(m.mem, off+sCount, uint64(e.n))
 		mem.Write(m.mem, off+sData+8, e.key)
 	} else {
-		mem.Put64(m.mem, off+sMeta, metaOf(stateLive, 0, len(e.key), len(e.val)))
+		meta = metaOf(stateLive, 0, len(e.key), len(e.val))
 		mem.Write(m.mem, off+sData, e.key)
 		mem.Write(m.mem, off+sData+len(e.key), e.val)
 	}
+	mem.Put64(m.mem, off+sMeta, meta)
 	mem.Put64(m.mem, off+sHash, e.h)
-	mem.Put64(m.mem, off+sDeadline, uint64(e.deadline))
+	mem.Put64(m.mem, deadlineOff(off, meta), uint64(e.deadline))
 	m.releaseValue(s, old)
 	if e.deadline != 0 {
 		m.noteDeadlines()

@@ -7,7 +7,11 @@ package shmarena
 // linearizability checker catches a broken map: a checker that has never
 // caught anything proves nothing. Never ship a build with this tag.
 
-func init() { brokenCompareAndSwap = compareOutsideTheLock }
+// brokenCompareAndSwap replaces CompareAndSwap in this build.
+func brokenCompareAndSwap(m *Map, key string, old, new []byte) (swapped bool, err error, broken bool) {
+	swapped, err = compareOutsideTheLock(m, key, old, new)
+	return swapped, err, true
+}
 
 // compareOutsideTheLock is CompareAndSwap as it is often written by
 // mistake: it compares with a lock-free read and then stores, taking the

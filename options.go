@@ -48,7 +48,9 @@ func WithSlots(n int) RegionOption { return func(c *regionConfig) { c.slots = in
 // size minus 32 bytes of slot header; a map's slot size is 48 bytes to
 // 16 MiB (see Ring for a ring's range), else ErrInvalid. Keep a map's slot
 // size a multiple of 16 bytes: only then can Map.Add skip the stripe lock
-// on every slot (see Map.Add).
+// on every slot (see Map.Add). Slots start on a 64-byte cache line, so a
+// multiple of 64 keeps every slot's header and first bytes in one line: a
+// counters map of 24-byte keys fits 64-byte slots, one line per counter.
 func WithSlotSize(bytes int) RegionOption {
 	return func(c *regionConfig) { c.slotSize = int64(bytes) }
 }

@@ -58,7 +58,7 @@ func lapseNow(t testing.TB, m *Map, key string) {
 	v, found := m.find(key, h)
 	require.True(t, found, "%q is not in the map", key)
 	odd := m.begin(s, v)
-	mem.Store64(m.mem, v.off+sDeadline, 1) // 1 ns after the epoch
+	mem.Store64(m.mem, deadlineOff(v.off, v.meta), 1) // 1 ns after the epoch
 	m.noteDeadlines()
 	require.True(t, m.end(v.off, odd), "slot of %q changed under its lock", key)
 	m.clearIntent(s)
