@@ -55,10 +55,15 @@ func WithSlotSize(bytes int) RegionOption {
 	return func(c *regionConfig) { c.slotSize = int64(bytes) }
 }
 
-// WithMaxInFlight sets a ring's pending-table capacity: how many records
-// one at-least-once group (WithAck) may have delivered and not yet
-// finished (acked or dead-lettered), in [0, 65536], capped at the ring's
-// slots. Default 64. Each of the ring's 64 group entries gets a table of
+// WithMaxInFlight sets a ring's pending-table capacity, in [0, 65536],
+// capped at the ring's slots; default 64. It is a window, as TCP's is: an
+// at-least-once group (WithAck) claims new records only while its oldest
+// unfinished one (not yet acked or dead-lettered) is less than n records
+// back. So a record held unacked holds the group's new claims to the n-1
+// records after it until it is acked, or its lease ends and it is
+// delivered again; a Claim there returns fewer records (or none), never
+// an error. Size n for the records your members work on at once plus the
+// spread of their finishing order. Each of the ring's 64 group entries gets a table of
 // that many 40-byte entries whether or not it acks, so the option costs
 // 64 x n x 40 bytes of the arena (160 KiB at the default; 0 makes rings
 // that cannot hold acking groups and cost nothing). It is part of the
