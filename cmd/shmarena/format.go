@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -96,15 +97,23 @@ func numericFields(v any) (names []string, vals []int64) {
 	return names, vals
 }
 
-// table writes aligned columns.
-type table struct{ tw *tabwriter.Writer }
+// table writes aligned columns. Every row keeps all its cells, empty ones
+// too, because tabwriter ends a column at a line with fewer cells (a row
+// without a rate cut the rate column in two); flush trims the padding
+// that leaves at line ends.
+type table struct {
+	w   io.Writer
+	buf bytes.Buffer
+	tw  *tabwriter.Writer
+}
 
-func newTable(w io.Writer) *table { return &table{tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)} }
+func newTable(w io.Writer) *table {
+	t := &table{w: w}
+	t.tw = tabwriter.NewWriter(&t.buf, 0, 0, 2, ' ', 0)
+	return t
+}
 
 func (t *table) row(cells ...any) {
-	for len(cells) > 0 && cells[len(cells)-1] == "" {
-		cells = cells[:len(cells)-1] // no padding at the end of a line
-	}
 	for i, c := range cells {
 		if i > 0 {
 			fmt.Fprint(t.tw, "\t")
@@ -114,7 +123,16 @@ func (t *table) row(cells ...any) {
 	fmt.Fprint(t.tw, "\n")
 }
 
-func (t *table) flush() { t.tw.Flush() }
+func (t *table) flush() {
+	t.tw.Flush()
+	for _, line := range strings.SplitAfter(t.buf.String(), "\n") {
+		if strings.HasSuffix(line, "\n") {
+			line = strings.TrimRight(line[:len(line)-1], " ") + "\n"
+		}
+		fmt.Fprint(t.w, line)
+	}
+	t.buf.Reset()
+}
 
 // printable reports whether b reads as text: valid UTF-8 without control
 // characters other than tab and newline.
