@@ -38,7 +38,6 @@ type benchEnv struct {
 	mapSlots  int    // shmarena map capacity
 	dur       time.Duration
 	reps      int
-	short     bool
 
 	hit, miss, ctr []string
 	masks          []uint32

@@ -180,10 +180,9 @@ func (s *shmStore) Close() error { return s.a.Close() }
 // --- Go map behind sync.RWMutex ---
 
 type rwStore struct {
-	mu  sync.RWMutex
-	m   map[string][]byte
-	c   map[string]int64
-	buf []byte // per-goroutine buffers come from the pool below
+	mu sync.RWMutex
+	m  map[string][]byte
+	c  map[string]int64
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
