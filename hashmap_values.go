@@ -116,7 +116,9 @@ func newValueSpace(regionOff int, bytes, stripes int64, mapLen int64) valueSpace
 	return valueSpace{
 		base:  regionOff + int(layout.Align(mapLen)),
 		share: share,
-		max:   int(min(share-reserve(share)-recHeader, maxValueCap)),
+		// Rounded down to a record's 16-byte grain, so that the largest
+		// record fits within the share less the reserve.
+		max: int(min((share-reserve(share))&^15-recHeader, maxValueCap)),
 	}
 }
 

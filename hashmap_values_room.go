@@ -137,7 +137,7 @@ func (m *Map) roomFor(s uint64, key string, h uint64, vlen int, v, free view, fo
 func (m *Map) evictBytes(s, h, need uint64) error {
 	budget := 2*need + reinsertBudget
 	rebuilt := false
-	need += moveSlack(m.vs.share)
+	need = min(need+moveSlack(m.vs.share), m.vs.share) // the slack never asks for more than the share
 	for steps := 0; m.vsFree(s) < need; steps++ {
 		if steps > int(m.vs.share/recHeader)*2+64 {
 			return m.errValueSpace(s, "made no room")
