@@ -129,7 +129,8 @@ func recordSize(vlen int) uint64 { return recHeader + (uint64(vlen)+15)&^15 }
 
 // MaxValue returns the largest value, in bytes, Store takes: with
 // WithBytes the value space's limit (the smaller of 31/32 of a segment's
-// share less a 16-byte header, and 1 GiB) for a key of up to MaxPair-8
+// share, rounded down to a multiple of 16, less a 16-byte header, and
+// 1 GiB) for a key of up to MaxPair-8
 // bytes, else MaxPair less one byte of key. A larger value is refused with
 // ErrTooLarge.
 func (m *Map) MaxValue() int {
