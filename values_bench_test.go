@@ -178,18 +178,7 @@ func BenchmarkValuesLoad(b *testing.B) {
 			}
 			name := strconv.Itoa(size) + "B/" + map[bool]string{false: "no-value-space", true: "value-space"}[space]
 			b.Run(name, func(b *testing.B) {
-				opts := []RegionOption{WithSlots(4096), WithSlotSize(128)}
-				if space {
-					opts = append(opts, WithBytes(4<<20))
-				}
-				a, _ := tempArena(b, 16<<20)
-				m, err := a.Map("m", opts...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := m.Store("key", make([]byte, size)); err != nil {
-					b.Fatal(err)
-				}
+				m := loadMap(b, space, size)
 				buf := make([]byte, 0, size)
 				b.SetBytes(int64(size))
 				b.ResetTimer()

@@ -39,18 +39,8 @@ func SizedMapOptions(slots int, bytes int64) []shmarena.RegionOption {
 // NewSizedMapCache creates a map of SizedMapOptions(slots, bytes) in an
 // anonymous arena just big enough. Close releases it.
 func NewSizedMapCache(slots int, bytes int64) (*SizedMapCache, error) {
-	opts := SizedMapOptions(slots, bytes)
-	need, err := shmarena.MapBytes(opts...)
+	a, m, err := openMap("hitratio-bytes", SizedMapOptions(slots, bytes)...)
 	if err != nil {
-		return nil, err
-	}
-	a, err := shmarena.OpenMemfd("hitratio-bytes", shmarena.WithSize(shmarena.MinSize+need+1<<20))
-	if err != nil {
-		return nil, err
-	}
-	m, err := a.Map("cache", opts...)
-	if err != nil {
-		a.Close()
 		return nil, err
 	}
 	payload := make([]byte, 1<<20)

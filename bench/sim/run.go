@@ -22,21 +22,30 @@ type MapCache struct {
 // WithEviction, default stripes, in an anonymous arena just big enough.
 // Close releases it.
 func NewMapCache(slots int) (*MapCache, error) {
-	opts := []shmarena.RegionOption{shmarena.WithSlots(slots), shmarena.WithSlotSize(64), shmarena.WithEviction()}
-	need, err := shmarena.MapBytes(opts...)
+	a, m, err := openMap("hitratio", shmarena.WithSlots(slots), shmarena.WithSlotSize(64), shmarena.WithEviction())
 	if err != nil {
 		return nil, err
 	}
-	a, err := shmarena.OpenMemfd("hitratio", shmarena.WithSize(shmarena.MinSize+need+1<<20))
+	return &MapCache{Map: m, arena: a, buf: make([]byte, 0, 64), val: []byte("12345678")}, nil
+}
+
+// openMap returns a map of opts in an anonymous arena named name, just big
+// enough (with 1 MiB to spare); closing the arena releases both.
+func openMap(name string, opts ...shmarena.RegionOption) (*shmarena.Arena, *shmarena.Map, error) {
+	need, err := shmarena.MapBytes(opts...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	a, err := shmarena.OpenMemfd(name, shmarena.WithSize(shmarena.MinSize+need+1<<20))
+	if err != nil {
+		return nil, nil, err
 	}
 	m, err := a.Map("cache", opts...)
 	if err != nil {
 		a.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return &MapCache{Map: m, arena: a, buf: make([]byte, 0, 64), val: []byte("12345678")}, nil
+	return a, m, nil
 }
 
 // Access implements Cache. It returns Store's error, if any.
