@@ -24,6 +24,16 @@ import (
 // effect in the file or returns ErrClosed.
 func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err error) {
 	defer catchFault(m.a, guard(), &err)
+	return m.add(key, delta, opts)
+}
+
+// add is Add under its fault guard. Add is split in three (Add, add,
+// addLocked) so that each function's defers are open-coded: the compiler
+// stops open-coding when returns times defers pass 15, and an Add with one
+// body, two defers and 10 returns paid the runtime's deferred-call records
+// (deferprocStack, deferreturn, nextDefer), about 180 instructions of the
+// 850 an Add to one of 100,000 counters ran.
+func (m *Map) add(key string, delta int64, opts []WriteOption) (int64, error) {
 	if err := m.refuse("add"); err != nil {
 		return 0, err
 	}
@@ -44,6 +54,12 @@ func (m *Map) Add(key string, delta int64, opts ...WriteOption) (n int64, err er
 			return n, err
 		}
 	}
+	return m.addLocked(key, h, delta, c)
+}
+
+// addLocked is add's locked path: to create a counter, and wherever
+// addInPlace cannot add without the stripe.
+func (m *Map) addLocked(key string, h uint64, delta int64, c writeConfig) (n int64, err error) {
 	s := m.stripeOf(h)
 	if !m.lock(s) {
 		return 0, ErrClosed

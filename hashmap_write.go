@@ -349,6 +349,15 @@ func crashPoint(point string) {
 }
 
 func (m *Map) check(key string, vlen int) error {
+	// 1 <= len(key) <= maxKeyLen in one compare, so check inlines.
+	if uint(len(key)-1) < maxKeyLen && len(key)+vlen <= m.maxPair && !m.a.closed.Load() {
+		return nil
+	}
+	return m.checkSlow(key, vlen)
+}
+
+// checkSlow is check for a write that may fail, in check's order.
+func (m *Map) checkSlow(key string, vlen int) error {
 	if m.a.closed.Load() {
 		return ErrClosed
 	}

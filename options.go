@@ -149,6 +149,13 @@ func writeOpts(opts []WriteOption) (writeConfig, error) {
 
 // writeOpts is writeOpts with the map named in its error.
 func (m *Map) writeOpts(opts []WriteOption) (writeConfig, error) {
+	if len(opts) == 0 { // the hot writes pass none: inlined, no call
+		return writeConfig{}, nil
+	}
+	return m.writeOptsSlow(opts)
+}
+
+func (m *Map) writeOptsSlow(opts []WriteOption) (writeConfig, error) {
 	c, err := writeOpts(opts)
 	if err != nil {
 		err = fmt.Errorf("shmarena: map %s: %w", quote(m.name), err)

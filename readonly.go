@@ -63,8 +63,11 @@ func (m *Map) refuse(op string) error {
 	if !m.a.readOnly {
 		return nil
 	}
-	return m.a.refuse("map "+quote(m.name), op)
+	return m.refuseReadOnly(op)
 }
+
+// refuseReadOnly is refuse's error, out of line so refuse inlines.
+func (m *Map) refuseReadOnly(op string) error { return m.a.refuse("map "+quote(m.name), op) }
 
 // refuse is Arena.refuse for a write to ring r; see Map.refuse. It is
 // small enough to inline, so a writable handle pays two loads.
