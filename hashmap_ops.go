@@ -62,9 +62,11 @@ func (m *Map) storeLocked(s uint64, key string, h uint64, value []byte, c writeC
 	if live && previous != nil && !counter {
 		*previous = m.appendValue([]byte{}, v.off, v.meta)
 	}
-	v, free, found, err := m.roomFor(s, key, h, len(value), v, free, found)
-	if err != nil {
-		return err
+	if m.external(len(key), len(value)) { // roomFor's own first test, to skip its call
+		var err error
+		if v, free, found, err = m.roomFor(s, key, h, len(value), v, free, found); err != nil {
+			return err
+		}
 	}
 	if counter && previous != nil && found && metaFlags(v.meta)&flagCounter != 0 {
 		m.pin(s, v) // put begins the same slot again: a no-op

@@ -265,6 +265,26 @@ func (m *Map) fill(off int, e *entry) {
 	}
 }
 
+// overwrite writes e over the slot at off, which holds e's key and is
+// being written. When the old value and the new one both sit in the slot
+// (neither a counter nor in the value space), the key and its hash are
+// there already, so only the value, its length and the deadline are
+// written; else it is fill.
+func (m *Map) overwrite(off int, e *entry) {
+	old := mem.Load64(m.mem, off+sMeta)
+	if e.counter || metaState(old) != stateLive || metaFlags(old) != 0 ||
+		metaKeyLen(old) != len(e.key) || m.external(len(e.key), len(e.val)) {
+		m.fill(off, e)
+		return
+	}
+	mem.Write(m.mem, off+sData+len(e.key), e.val)
+	mem.Put64(m.mem, off+sMeta, metaOf(stateLive, 0, len(e.key), len(e.val)))
+	mem.Put64(m.mem, off+sDeadline, uint64(e.deadline))
+	if e.deadline != 0 {
+		m.noteDeadlines()
+	}
+}
+
 // noteDeadlines records, for good, that the map has held a deadline: from
 // then on an insert reads the slots it passes, to reclaim lapsed entries,
 // rather than finding a free slot by the tags alone (see locate).
@@ -280,7 +300,7 @@ func (m *Map) put(s uint64, e *entry, v view, free view, found bool) error {
 	if found {
 		odd := m.begin(s, v)
 		crashPoint("overwrite")
-		m.fill(v.off, e)
+		m.overwrite(v.off, e)
 		if !m.end(v.off, odd) {
 			return m.errLockLost(s)
 		}
