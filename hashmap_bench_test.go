@@ -314,7 +314,11 @@ func BenchmarkMapVsRWMutex(b *testing.B) {
 // sub-benchmark of b, and reports each side's ns per operation and their
 // ratio (see BenchmarkMapVsRWMutex).
 func interleave(b *testing.B, name string, mapOp, rwOp func(i int)) {
-	const block = 4096
+	interleaveBlocks(b, name, 4096, mapOp, rwOp)
+}
+
+// interleaveBlocks is interleave in blocks of block operations.
+func interleaveBlocks(b *testing.B, name string, block int, mapOp, rwOp func(i int)) {
 	b.Run(name, func(b *testing.B) {
 		var tm, tr time.Duration
 		for n := 0; n < b.N; n += block {
