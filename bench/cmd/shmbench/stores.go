@@ -80,6 +80,16 @@ func shmSlotSize(vsize int) int { return (32 + keyLen + vsize + 7) &^ 7 }
 
 const ctrSlotSize = 32 + 8 + keyLen
 
+// ctrSlots sizes the counters map as the README tells a user to size a
+// plain map: 4/3 of the keys it holds (75% full). The Go map it is
+// compared with sits at the same load (100,000 entries in 131,072 slots);
+// a counters map as large as the values map (38% full at 100,000 keys)
+// spread the counters over twice the memory, 16 MiB against the Go map's
+// 7, and twice the pages: in one scratch run alternating blocks of 1M
+// adds (three rounds) it made 0.70-0.85x the Go map's adds, against
+// 0.76-0.89x sized so.
+func ctrSlots(nkeys int) int { return (nkeys*4 + 2) / 3 }
+
 func openShm(env *benchEnv, vsize int, create bool) (Store, error) {
 	path := filepath.Join(env.dir, fmt.Sprintf("arena-%d", vsize))
 	slots := env.mapSlots
@@ -87,7 +97,7 @@ func openShm(env *benchEnv, vsize int, create bool) (Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctrs, err := shmarena.MapBytes(shmarena.WithSlots(slots), shmarena.WithSlotSize(ctrSlotSize))
+	ctrs, err := shmarena.MapBytes(shmarena.WithSlots(ctrSlots(env.nkeys)), shmarena.WithSlotSize(ctrSlotSize))
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +115,7 @@ func openShm(env *benchEnv, vsize int, create bool) (Store, error) {
 		a.Close()
 		return nil, err
 	}
-	c, err := a.Map("counters", shmarena.WithSlots(slots), shmarena.WithSlotSize(ctrSlotSize))
+	c, err := a.Map("counters", shmarena.WithSlots(ctrSlots(env.nkeys)), shmarena.WithSlotSize(ctrSlotSize))
 	if err != nil {
 		a.Close()
 		return nil, err
