@@ -8,6 +8,13 @@
 # collection every two minutes, which then lands in one of the two runs
 # and not the other (hundreds of instructions per op of noise on a
 # benchmark whose setup leaves a large heap).
+#
+# IRFN=pattern counts only inside the functions it names (callgrind's
+# --toggle-collect, e.g. IRFN='*BenchmarkCounterSpread.func1', the
+# benchmark's loop closure) in one run of N, divided by N: the runtime's
+# background work (the scavenger, whose share depends on how long the
+# run took) then falls outside the count. Without it, two runs of one
+# binary of BenchmarkCounterSpread differed by up to 100 instructions/op.
 set -eu
 bin=$1 bench=$2
 shift 2
@@ -17,11 +24,16 @@ ir() {
 	shift
 	out=$(mktemp)
 	GOGC=off GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind \
+		${IRFN:+--toggle-collect="$IRFN"} \
 		--callgrind-out-file=/dev/null "$bin" -test.run '^$' -test.bench "^$bench\$" \
 		-test.benchtime "${iters}x" "$@" >/dev/null 2>"$out" || { cat "$out" >&2; exit 1; }
 	sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$out"
 	rm -f "$out"
 }
+if [ -n "${IRFN:-}" ]; then
+	echo "$bench $* : $(($(ir "$n" "$@") / n)) instructions/op inside $IRFN"
+	exit 0
+fi
 a=$(ir "$n" "$@")
 b=$(ir $((3 * n)) "$@")
 echo "$bench $* : $(((b - a) / (2 * n))) instructions/op"
