@@ -245,7 +245,7 @@ func (r *report) markdown() string {
 		w("\"2\" = two processes at once (the bench re-executes itself as a second worker), aggregate ops/s over the longer of the two runs. ")
 		w("Every run is warmed: before it is timed, each process of a store that maps a file (shmarena, LMDB) reads every key it will use once, untimed (and before inserts shmarena's calls Arena.Prefault, since a miss stops at the slot's tag byte and leaves the slot an insert writes untouched), so that a freshly started worker does not pay its first touch of each page (a page fault and, on this VM, a hypervisor exit of 5-7 µs per 4 KiB page) inside a short run; \"First touch\" below measures that cost on purpose. ")
 		w("insert and delete use each key once (%d new keys per process per run for insert, %d present ones for delete), so their runs are short. ", r.nkeys/10, r.nkeys/2)
-		w("shmarena keeps values in a map of %d slots (%.0f%% full before the inserts, about %.0f%% after them all) and its %d counters in a second map of %d slots of %d bytes (75%% full, as the README sizes a plain map; the Go map holds them at the same load). ",
+		w("shmarena keeps values in a map of %d slots (%.0f%% full before the inserts, about %.0f%% after them all) and its %d counters in a second map of %d slots of %d bytes (75%% full, as the README sizes a plain map). ",
 			r.slots, 100*float64(r.nkeys)/float64(r.slots), 100*float64(r.nkeys+3*r.reps*r.nkeys/10)/float64(r.slots), r.nkeys, ctrSlots(r.nkeys), ctrSlotSize)
 		w("The RWMutex map keeps counters as a map[string]int64 and stores a private copy of each value (make and copy), as code that keeps the caller's bytes must.\n\n")
 		for _, v := range r.vsizes() {
