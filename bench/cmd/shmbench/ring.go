@@ -556,13 +556,25 @@ func ringRun(peerName, dir, addr string, arg ringArg) (recv, time.Duration, erro
 
 // Ring rounds: ringRounds rounds of ringRound each by default (-reps
 // sets the rounds, -ringdur the round's length, -ringpeers the peers).
-// Five half-second rounds rather than three of a second: on a shared
-// 2-core machine the load moves within seconds, and a ratio of two peers
-// is only as good as the closeness in time of the runs it divides.
+// Half-second rounds rather than seconds: on a shared 2-core machine the
+// load moves within seconds, and a ratio of two peers is only as good as
+// the closeness in time of the runs it divides. Nine rather than five:
+// a round where another tenant takes the consumer's core makes the
+// consumer the bottleneck, and an acking consumer does about 1.5x the
+// at-most-once one's work per record (BenchmarkRoundTrip, 680 against 450
+// instructions on the consumer's side), so such a round moves their
+// ratio from about 1.0x toward 0.7x; with five rounds one of them moved
+// the range and, with two, the median.
 const (
-	ringRounds = 5
+	ringRounds = 9
 	ringRound  = 500 * time.Millisecond
 )
+
+// ringRunOrder is the order peers run in within a round (reversed on
+// alternate rounds): each ratio the report states divides runs that are
+// neighbours in it (acked and at-most-once; at-most-once and the socket;
+// the batched pair), so the two runs it divides are half a second apart.
+var ringRunOrder = []string{"shmarena ring acked", "shmarena ring", "Unix socket", "shmarena ring batched", "Unix socket batched", "shmarena ring+spin", "pipe", "Redis Streams"}
 
 func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 	round := ringRound
@@ -607,11 +619,17 @@ func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 	if short {
 		rounds = 1
 	}
+	order := make([]int, 0, len(peers))
+	for _, p := range ringRunOrder {
+		if i := slices.Index(peers, p); i >= 0 {
+			order = append(order, i)
+		}
+	}
 	for k := range rounds {
-		for j := range peers {
-			i := j
+		for j := range order {
+			i := order[j]
 			if k%2 == 1 {
-				i = len(peers) - 1 - j
+				i = order[len(order)-1-j]
 			}
 			p := peers[i]
 			rc, el, err := ringRun(p, dir, addr, tput)
@@ -634,8 +652,8 @@ func ringBench(dir, addr string, short bool) ([]ringResult, []string, error) {
 		slices.Sort(rc.lats)
 		res.p50 = rc.lats[len(rc.lats)/2]
 		res.p99 = rc.lats[len(rc.lats)*99/100]
-		logf("  %-14s %12.0f rec/s (%.0f-%.0f)   wake p50 %v p99 %v", p, res.throughput,
-			slices.Min(res.rounds), slices.Max(res.rounds), res.p50, res.p99)
+		logf("  %-14s %12.0f rec/s (%.0f-%.0f)   wake p50 %v p99 %v   rounds %.3g", p, res.throughput,
+			slices.Min(res.rounds), slices.Max(res.rounds), res.p50, res.p99, res.rounds)
 	}
 	notes = append(notes, fmt.Sprintf("Ring: %d-byte payloads, producer in a separate process, consumer group of one member "+
 		"(shmarena: a WithBackpressure group, PublishWait, Group.AppendClaim(64) into one reused slice, then Wait; acked: WithAck, PublishWait, AckAndClaim(64) acking each batch as it claims the next; Redis: XREADGROUP COUNT 64 BLOCK 0 + XACK, producer XADD pipelined %d deep for throughput, one per round trip for latency); "+
