@@ -22,17 +22,18 @@ import (
 // number of the first: the records get first, first+1, ...,
 // first+len(payloads)-1, with no other publisher's record between them.
 // The payloads are copied; any may be empty. An empty payloads publishes
-// nothing and returns 0 and nil.
+// nothing and returns 0 and nil; a batch of one is a Publish.
 //
 // It is all or nothing: the batch is checked whole (every record's size,
 // room for every record) before any is written, and readers see none of
 // its records until all are written, then all of them at once. The cost
-// is one publish: one lock round trip, one commit of the ring's
+// is one publish's: one lock round trip, one commit of the ring's
 // sequence word and at most one wake-up system call for the whole batch,
-// so between processes a batch of 16 or more 64-byte records moves several
-// times as many records per second as Publish. The lock is held while
-// the batch is copied: a batch of the ring's slot size times 64 bytes
-// holds off other producers for about as long as 64 Publish calls would.
+// then a copy per record (180 instructions per 64-byte record in batches
+// of 64, against 588 for a Publish; between processes about 1.5x the
+// records per second of one Publish per record, bench/results.md). The
+// publish lock is held while the batch is copied: a large batch holds
+// off other producers while all its records are copied.
 //
 // Errors (nothing published on any of them): ErrTooLarge (counted once
 // in Stats().Oversize) when a record's topic plus payload exceeds the
@@ -40,7 +41,8 @@ import (
 // ring has slots; ErrRingFull (counted once in Stats().Full) when a
 // protected group (WithAck or WithBackpressure) has not finished a record
 // the batch would overwrite (PublishBatchWait waits instead); ErrCorrupt
-// when the ring's sequence word is damaged; ErrClosed after Close.
+// when the ring's sequence word is damaged; ErrReadOnly on a handle opened
+// ReadOnly; ErrClosed after Close.
 //
 // Safe for concurrent use by goroutines and processes, with Publish and
 // with other batches. A producer killed while writing a batch leaves one
