@@ -93,7 +93,14 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 	if key == "" || m.a.closed.Load() {
 		return dst, false
 	}
-	_, out, ok := m.readKey(key, m.hashKey(key), dst, true)
+	// read, written out: the hottest read saves a call.
+	var v view
+	h := m.hashKey(key)
+	out, r := m.readNear(key, h, dst, true, &v)
+	ok := r == nearHit
+	if !ok {
+		out, ok = m.readFar(key, h, dst, true, &v, r)
+	}
 	m.uses.hit(ok)
 	runtime.KeepAlive(m)
 	return out, ok
