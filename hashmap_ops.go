@@ -94,12 +94,11 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 		return dst, false
 	}
 	// read, written out: the hottest read saves a call.
-	var v view
 	h := m.hashKey(key)
-	out, r := m.readNear(key, h, dst, true, &v)
+	out, r := m.readNear(key, h, dst, true, nil)
 	ok := r == nearHit
-	if !ok {
-		out, ok = m.readFar(key, h, dst, true, &v, r)
+	if !ok && r != nearAbsent {
+		out, ok = m.readFar(key, h, dst, true, nil, r)
 	}
 	m.uses.hit(ok)
 	runtime.KeepAlive(m)

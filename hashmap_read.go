@@ -29,19 +29,23 @@ func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out 
 	return v, out, found
 }
 
-// read is readKey with the view of a hit written to *v rather than
-// returned: the hit's own path (readNear) then returns two words, not six,
-// and a caller that wants only the value keeps the view on its stack.
-// Small enough to be inlined, so a hit costs one call below it.
+// read is readKey with the view of a hit written to *v (v may be nil)
+// rather than returned: the hit's own path (readNear) then returns four
+// words, not eight, and a caller that wants only the value asks for no
+// view.
 func (m *Map) read(key string, h uint64, dst []byte, want bool, v *view) (out []byte, found bool) {
 	out, r := m.readNear(key, h, dst, want, v)
-	if r == nearHit {
+	switch r {
+	case nearHit:
 		return out, true
+	case nearAbsent:
+		return dst, false
 	}
 	return m.readFar(key, h, dst, want, v, r)
 }
 
-// readFar is read past readNear's first answer, r.
+// readFar is read past readNear's first answer, r (neither nearHit nor
+// nearAbsent).
 //
 // A miss is believed only if no entry of the key's segment moved while
 // the probe ran (a delete moves entries back, and a reader may pass the
@@ -78,6 +82,7 @@ const (
 	nearHit
 	nearMiss   // absent, unless entries moved meanwhile (see confirmMiss)
 	nearGaveUp // absent as far as this read goes: lapsed, busy or a dead writer's
+	nearAbsent // absent: a miss confirmed by the move version (see absentNear)
 )
 
 // readNear is read's common case in few instructions: a lookup costs
@@ -85,7 +90,7 @@ const (
 // bounds checks and calls had doubled them. It decides only when the first
 // candidate among the eight tags from key's home (fewer at the segment's
 // end) is empty (a miss), or is key's slot, at rest, without a lapsed
-// deadline (a hit: the slot's view goes to *v). Anything else is
+// deadline (a hit: the slot's view goes to *v, unless v is nil). Anything else is
 // nearUnsure, and searchKey starts over.
 func (m *Map) readNear(key string, h uint64, dst []byte, want bool, v *view) (out []byte, r int) {
 	sp, i := m.homeSpan(h)
@@ -100,7 +105,7 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool, v *view) (ou
 	}
 	if first := byte(w >> (d * 8)); first != t {
 		if first == 0 {
-			return dst, nearMiss
+			return dst, m.absentNear(h, i)
 		}
 		return dst, nearUnsure
 	}
@@ -152,8 +157,29 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool, v *view) (ou
 	if m.countUses {
 		m.touch(i + d)
 	}
-	*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+	if v != nil {
+		*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+	}
 	return out, nearHit
+}
+
+// absentNear decides the miss readNear's probe saw (the first candidate
+// from slot i, the home of key hash h, on was an empty slot) as readFar would, without
+// the second call: it loads the segment's move version, looks at the tags
+// again, and believes the miss (nearAbsent) only if the first candidate
+// is still empty and the move version was even and is unchanged. Else
+// nearMiss: readFar decides. So a miss costs one probe more than a hit,
+// not a second lookup (readNear's miss once took readFar's path, about
+// 60 instructions more).
+func (m *Map) absentNear(h, i uint64) int {
+	o := m.lockOff(m.stripeOf(h)) + stMoveVer
+	mv := mem.Load64(m.mem, o)
+	w := mem.Load8(m.mem, m.tagBase+int(i))
+	d := uint64(bits.TrailingZeros64(tagMatch(w, belowKey, tagOf(h)))) / 8
+	if d == 8 || byte(w>>(d*8)) != 0 || mv&1 != 0 || mem.Load64(m.mem, o) != mv {
+		return nearMiss
+	}
+	return nearAbsent
 }
 
 // searchKey is read's general search: it probes up to the probe limit,
@@ -201,7 +227,9 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool, v *view) (o
 			if mem.Load64(m.mem, off+sVersion) != ver {
 				continue
 			}
-			*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+			if v != nil {
+				*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+			}
 			if lapsed(deadline) {
 				m.collect(key, h)
 				return dst[:n0], nearGaveUp

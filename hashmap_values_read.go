@@ -37,6 +37,8 @@ func (m *Map) readNearExternal(key string, h uint64, dst []byte, want bool, i ui
 	if m.countUses {
 		m.touch(i)
 	}
-	*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+	if v != nil {
+		*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+	}
 	return out, nearHit
 }
