@@ -115,14 +115,17 @@ const (
 	// A reader retries a slot that changed under it this many times
 	// before it reports busy.
 	readRetries = 64
-	// How long a reader waits on a slot being written before it asks
-	// whether the writer is alive, and between two such questions.
-	oddCheckAfter = 500 * time.Microsecond
 )
 
-// oddPatience is how long a reader waits for a slot being written before it
-// reports busy; a variable so tests can lengthen it.
-var oddPatience = 5 * time.Millisecond
+var (
+	// oddPatience is how long a reader waits for a slot being written
+	// before it reports busy; a variable so tests can lengthen it.
+	oddPatience = 5 * time.Millisecond
+	// oddCheckAfter is how long a reader waits on a slot being written
+	// before it asks whether the writer is alive, and between two such
+	// questions; a variable so tests can shorten it.
+	oddCheckAfter = 500 * time.Microsecond
+)
 
 // A Map is a fixed-capacity hash map in an arena, shared by every process
 // that opens the arena. Reads take no lock (each slot is a seqlock); writes

@@ -215,3 +215,21 @@ func TestOddMoveVersionWithNoWriterDoesNotStallMisses(t *testing.T) {
 	t.Logf("50 misses took %v, busy %d", d, busy)
 	require.Zero(t, busy, "misses on a quiet map counted busy")
 }
+
+// A reader whose first question about the writer comes after its patience
+// has run out (a machine so busy that its yields took that long) repairs
+// the dead writer's odd move version and reads on; it does not report busy.
+func TestOddMoveVersionRepairedLateIsNotBusy(t *testing.T) {
+	m := testMap(t, WithSlots(1024), WithSlotSize(64))
+	defer func(p, c time.Duration) { oddPatience, oddCheckAfter = p, c }(oddPatience, oddCheckAfter)
+	oddPatience, oddCheckAfter = time.Nanosecond, 0
+	require.NoError(t, m.Store("present", []byte("v")))
+	mem.Store64(m.mem, m.lockOff(0)+stMoveVer, 7)
+	busy0 := m.Stats().Busy
+	for i := range 50 {
+		require.False(t, m.Exists("absent"+strconv.Itoa(i)))
+	}
+	require.True(t, m.Exists("present"))
+	require.Zero(t, m.Stats().Busy-busy0, "a reader that repaired the stripe counted busy")
+	require.Zero(t, mem.Load64(m.mem, m.lockOff(0)+stMoveVer)&1, "the move version was left odd")
+}

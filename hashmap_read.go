@@ -337,9 +337,13 @@ func (m *Map) await(off int, ver uint64, s uint64) bool {
 		if !now.Before(nextCheck) {
 			nextCheck = now.Add(oddCheckAfter)
 			if !m.stripeOwnerAlive(s) {
-				// Then keep waiting: the word moves on once repaired,
-				// here or by a recoverer that took the stripe first.
+				// Then look again before judging patience: the word
+				// moves on once repaired, here or by a recoverer that
+				// took the stripe first. On a busy machine the first
+				// question may come after oddPatience, and a reader
+				// that had just repaired the stripe must not call it busy.
 				m.repairDead(s)
+				continue
 			}
 		}
 		if now.Sub(start) > oddPatience {

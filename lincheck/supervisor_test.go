@@ -94,6 +94,10 @@ func runRound(cfg roundConfig, dir string, seed uint64) (*round, error) {
 		// A process group of its own: a kill of the group reaches the
 		// worker, where a kill of unshare alone might not.
 		inc.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// Wait also waits for the output pipe to close, which a process
+		// still holding it (a namespace being torn down) can delay for
+		// minutes after the worker is gone; its output is not worth that.
+		inc.cmd.WaitDelay = 10 * time.Second
 		if err := inc.cmd.Start(); err != nil {
 			return err
 		}
