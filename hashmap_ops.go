@@ -111,7 +111,7 @@ func (m *Map) Exists(key string) bool {
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
-	_, _, ok := m.readKey(key, m.hashKey(key), nil, false)
+	_, ok := m.read(key, m.hashKey(key), nil, false, nil)
 	runtime.KeepAlive(m)
 	return ok
 }
