@@ -53,7 +53,8 @@ func (m *Map) read(key string, h uint64, dst []byte, want bool, v *view) (out []
 // the segment's move version, loaded before the probe, must be even and
 // unchanged after it; else confirmMiss probes again. A hit needs no move
 // version (the slot's own version vouches for it), so the common hit is
-// tried first, without it; a miss then loads it and probes again.
+// tried first, without it; a miss then loads it and probes again (in
+// readNear, for a miss its first look decided: see absentNear).
 func (m *Map) readFar(key string, h uint64, dst []byte, want bool, v *view, r int) (out []byte, found bool) {
 	mvOff := m.lockOff(m.stripeOf(h)) + stMoveVer
 	mv := mem.Load64(m.mem, mvOff)
@@ -88,10 +89,12 @@ const (
 // readNear is read's common case in few instructions: a lookup costs
 // about as much as the instructions it runs, and the general search's
 // bounds checks and calls had doubled them. It decides only when the first
-// candidate among the eight tags from key's home (fewer at the segment's
-// end) is empty (a miss), or is key's slot, at rest, without a lapsed
-// deadline (a hit: the slot's view goes to *v, unless v is nil). Anything else is
-// nearUnsure, and searchKey starts over.
+// candidate among the eight tags from key's home is empty (a miss, which
+// absentNear confirms or leaves to readFar), or is key's slot, at rest,
+// without a lapsed deadline (a hit: the slot's view goes to *v, unless v
+// is nil). Anything else is nearUnsure, and searchKey starts over; so is
+// a home in the segment's last seven slots (reading the segment's last
+// eight tags there cost every hit more than the rare key saved).
 func (m *Map) readNear(key string, h uint64, dst []byte, want bool, v *view) (out []byte, r int) {
 	sp, i := m.homeSpan(h)
 	if i+8 > sp.hi { // the window would pass the segment's last tag (or a segment of under 8 slots)
