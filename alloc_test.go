@@ -167,6 +167,32 @@ func TestPublishAllocatesNothing(t *testing.T) {
 	})
 }
 
+func TestPublishBatchAllocatesNothing(t *testing.T) {
+	a, _ := openTestArena(t, 4<<20)
+	r, err := a.Ring("alloc", WithSlots(1024), WithSlotSize(128))
+	require.NoError(t, err)
+	g, err := r.Group("g", WithBackpressure())
+	require.NoError(t, err)
+	batch := make([][]byte, 16)
+	for i := range batch {
+		batch[i] = make([]byte, 64)
+	}
+	ctx := context.Background()
+	var recs []Record
+	zeroAllocs(t, "PublishBatch", func() {
+		if _, err := r.PublishBatch("topic", batch); err != nil {
+			t.Fatal(err)
+		}
+		recs = g.AppendClaim(recs[:0], len(batch))
+	})
+	zeroAllocs(t, "PublishBatchWait", func() {
+		if _, err := r.PublishBatchWait(ctx, "topic", batch); err != nil {
+			t.Fatal(err)
+		}
+		recs = g.AppendClaim(recs[:0], len(batch))
+	})
+}
+
 // PublishWait with room (a WithBackpressure group that keeps up) is a
 // Publish: it copies the handle to mark its publishes quiet, and that
 // copy must stay on the stack.

@@ -23,7 +23,9 @@ import (
 // zero value (a miss); Check, Info and Stats say why from then on. A fault
 // anywhere else during the call (a bug, or in the caller's own function)
 // is not recovered: it goes on as a panic, not the crash it would have
-// been without the guard.
+// been without the guard. Under the race detector sync/atomic runs in the
+// race runtime, outside Go code, and a fault there is fatal whatever the
+// goroutine's setting: a -race build is not protected.
 
 // guard makes the calling goroutine panic on a memory fault rather than
 // crash, and returns whether it already did.

@@ -107,6 +107,7 @@ func exerciseAck(r *Ring, g *Group, held []Record) {
 	defer cancel()
 	_, _ = r.Publish("jobs", []byte("more"))
 	_, _ = r.PublishWait(ctx, "jobs", nil)
+	_, _ = r.PublishBatchWait(ctx, "jobs", [][]byte{[]byte("batch"), nil})
 	if g != nil {
 		for i := 0; i < 3; i++ {
 			recs := g.Claim(0)

@@ -109,17 +109,8 @@ func (m *Map) addInPlace(key string, h uint64, delta int64) (n int64, err error,
 		v, found = m.hintedKey(key, h, e)
 	}
 	if !found || metaFlags(v.meta)&flagCounter == 0 {
-		// readKey's common case first, without readKey's frame; and a
-		// miss needs no confirming against moves (see readKey): the
-		// locked path looks again.
-		var r int
-		if v, _, r = m.readNear(key, h, nil, false); r == nearMiss {
+		if _, found = m.read(key, h, nil, false, &v); !found {
 			return 0, nil, false
-		}
-		if r != nearHit {
-			if v, _, found = m.readKey(key, h, nil, false); !found {
-				return 0, nil, false
-			}
 		}
 		if metaFlags(v.meta)&flagCounter == 0 {
 			return 0, fmt.Errorf("shmarena: map %s: key %s: %w", quote(m.name), quote(key), ErrNotCounter), true

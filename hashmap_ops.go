@@ -95,7 +95,13 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 	if key == "" || m.a.closed.Load() {
 		return dst, false
 	}
-	_, out, ok := m.readKey(key, m.hashKey(key), dst, true)
+	// read, written out: the hottest read saves a call.
+	h := m.hashKey(key)
+	out, r := m.readNear(key, h, dst, true, nil)
+	ok := r == nearHit
+	if !ok && r != nearAbsent {
+		out, ok = m.readFar(key, h, dst, true, nil, r)
+	}
 	m.uses.hit(ok)
 	runtime.KeepAlive(m)
 	return out, ok
@@ -107,7 +113,7 @@ func (m *Map) Exists(key string) bool {
 	if key == "" || m.a.closed.Load() {
 		return false
 	}
-	_, _, ok := m.readKey(key, m.hashKey(key), nil, false)
+	_, ok := m.read(key, m.hashKey(key), nil, false, nil)
 	runtime.KeepAlive(m)
 	return ok
 }

@@ -24,6 +24,28 @@ type view struct {
 // readKey finds key and, when dst is not nil, appends its value. It takes
 // no lock. found is false for an absent or lapsed key, and also for a busy
 // one (counted in Busy) or a slot whose writer died (repair is started).
+func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+	out, found = m.read(key, h, dst, want, &v)
+	return v, out, found
+}
+
+// read is readKey with the view of a hit written to *v (v may be nil)
+// rather than returned: the hit's own path (readNear) then returns four
+// words, not eight, and a caller that wants only the value asks for no
+// view.
+func (m *Map) read(key string, h uint64, dst []byte, want bool, v *view) (out []byte, found bool) {
+	out, r := m.readNear(key, h, dst, want, v)
+	switch r {
+	case nearHit:
+		return out, true
+	case nearAbsent:
+		return dst, false
+	}
+	return m.readFar(key, h, dst, want, v, r)
+}
+
+// readFar is read past readNear's first answer, r (neither nearHit nor
+// nearAbsent).
 //
 // A miss is believed only if no entry of the key's segment moved while
 // the probe ran (a delete moves entries back, and a reader may pass the
@@ -31,32 +53,28 @@ type view struct {
 // the segment's move version, loaded before the probe, must be even and
 // unchanged after it; else confirmMiss probes again. A hit needs no move
 // version (the slot's own version vouches for it), so the common hit is
-// tried first, without it; a miss then loads it and probes again.
-func (m *Map) readKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
-	v, out, r := m.readNear(key, h, dst, want)
-	if r == nearHit {
-		return v, out, true
-	}
+// tried first, without it; a miss then loads it and probes again (in
+// readNear, for a miss its first look decided: see absentNear).
+func (m *Map) readFar(key string, h uint64, dst []byte, want bool, v *view, r int) (out []byte, found bool) {
 	mvOff := m.lockOff(m.stripeOf(h)) + stMoveVer
 	mv := mem.Load64(m.mem, mvOff)
 	if r == nearMiss { // believed only with the move version loaded first
-		v, out, r = m.readNear(key, h, dst, want)
+		if out, r = m.readNear(key, h, dst, want, v); r == nearHit {
+			return out, true
+		}
 	}
-	switch r {
-	case nearHit:
-		return v, out, true
-	case nearUnsure:
-		switch v, out, r = m.searchKey(key, h, dst, want); r {
+	if r == nearUnsure {
+		switch out, r = m.searchKey(key, h, dst, want, v); r {
 		case nearHit:
-			return v, out, true
+			return out, true
 		case nearGaveUp:
-			return v, dst, false
+			return dst, false
 		}
 	}
 	if mv&1 == 0 && mem.Load64(m.mem, mvOff) == mv {
-		return v, dst, false
+		return dst, false
 	}
-	return m.confirmMiss(key, h, dst, want)
+	return m.confirmMiss(key, h, dst, want, v)
 }
 
 // What readNear and searchKey found.
@@ -65,30 +83,34 @@ const (
 	nearHit
 	nearMiss   // absent, unless entries moved meanwhile (see confirmMiss)
 	nearGaveUp // absent as far as this read goes: lapsed, busy or a dead writer's
+	nearAbsent // absent: a miss confirmed by the move version (see absentNear)
 )
 
-// readNear is readKey's common case in few instructions: a lookup costs
+// readNear is read's common case in few instructions: a lookup costs
 // about as much as the instructions it runs, and the general search's
 // bounds checks and calls had doubled them. It decides only when the first
-// candidate among the eight tags from key's home is empty (a miss), or is
-// key's slot, at rest, without a lapsed deadline (a hit).
-// Anything else is nearUnsure, and searchKey starts over.
-func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out []byte, r int) {
-	_, sp, i := m.place(h)
+// candidate among the eight tags from key's home is empty (a miss, which
+// absentNear confirms or leaves to readFar), or is key's slot, at rest,
+// without a lapsed deadline (a hit: the slot's view goes to *v, unless v
+// is nil). Anything else is nearUnsure, and searchKey starts over; so is
+// a home in the segment's last seven slots (reading the segment's last
+// eight tags there cost every hit more than the rare key saved).
+func (m *Map) readNear(key string, h uint64, dst []byte, want bool, v *view) (out []byte, r int) {
+	sp, i := m.homeSpan(h)
 	if i+8 > sp.hi { // the window would pass the segment's last tag (or a segment of under 8 slots)
-		return v, dst, nearUnsure
+		return dst, nearUnsure
 	}
 	w := mem.Load8(m.mem, m.tagBase+int(i))
 	t := tagOf(h)
 	d := uint64(bits.TrailingZeros64(tagMatch(w, belowKey, t))) / 8
 	if d == 8 {
-		return v, dst, nearUnsure
+		return dst, nearUnsure
 	}
 	if first := byte(w >> (d * 8)); first != t {
 		if first == 0 {
-			return v, dst, nearMiss
+			return dst, m.absentNear(h, i)
 		}
-		return v, dst, nearUnsure
+		return dst, nearUnsure
 	}
 	off := m.slotOff(i + d)
 	hdr := mem.Words4(m.mem, off)
@@ -100,18 +122,24 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 	case metaOf(stateLive, 0, kl, 0):
 	case metaOf(stateLive, flagCounter, kl, 0): // the deadline, then the key
 		if meta>>32 != 8 {
-			return v, dst, nearUnsure
+			return dst, nearUnsure
 		}
 		keyAt += 8
 	default: // checked after the inline cases, which stay first
 		if meta&0xffffffff == metaOf(stateLive, flagExternal, kl, 0) {
-			return m.readNearExternal(key, h, dst, want, i+d, off, hdr, ver, meta)
+			return m.readNearExternal(key, h, dst, want, i+d, off, hdr, ver, meta, v)
 		}
-		return v, dst, nearUnsure
+		return dst, nearUnsure
 	}
-	if ver&1 != 0 || atomic.LoadUint64(&hdr[sHash/8]) != h ||
-		uint64(kl)+meta>>32 > uint64(m.maxPair) || !mem.EqualString(m.mem, keyAt, key) {
-		return v, dst, nearUnsure
+	if ver&1 != 0 || atomic.LoadUint64(&hdr[sHash/8]) != h || uint64(kl)+meta>>32 > uint64(m.maxPair) {
+		return dst, nearUnsure
+	}
+	if uint(kl-8) <= 32-8 { // most keys: compared inline
+		if !mem.EqualMid(m.mem, keyAt, key) {
+			return dst, nearUnsure
+		}
+	} else if !mem.EqualString(m.mem, keyAt, key) {
+		return dst, nearUnsure
 	}
 	out = dst
 	var deadline int64
@@ -127,37 +155,59 @@ func (m *Map) readNear(key string, h uint64, dst []byte, want bool) (v view, out
 		}
 	}
 	if atomic.LoadUint64(&hdr[sVersion/8]) != ver || lapsed(deadline) {
-		return v, dst, nearUnsure
+		return dst, nearUnsure
 	}
 	if m.countUses {
 		m.touch(i + d)
 	}
-	return view{off: off, ver: ver, meta: meta, deadline: deadline}, out, nearHit
+	if v != nil {
+		*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+	}
+	return out, nearHit
 }
 
-// searchKey is readKey's general search: it probes up to the probe limit,
+// absentNear decides the miss readNear's probe saw (the first candidate
+// from slot i, the home of key hash h, on was an empty slot) as readFar would, without
+// the second call: it loads the segment's move version, looks at the tags
+// again, and believes the miss (nearAbsent) only if the first candidate
+// is still empty and the move version was even and is unchanged. Else
+// nearMiss: readFar decides. So a miss costs one probe more than a hit,
+// not a second lookup (readNear's miss once took readFar's path, about
+// 60 instructions more).
+func (m *Map) absentNear(h, i uint64) int {
+	o := m.lockOff(m.stripeOf(h)) + stMoveVer
+	mv := mem.Load64(m.mem, o)
+	w := mem.Load8(m.mem, m.tagBase+int(i))
+	d := uint64(bits.TrailingZeros64(tagMatch(w, belowKey, tagOf(h)))) / 8
+	if d == 8 || byte(w>>(d*8)) != 0 || mv&1 != 0 || mem.Load64(m.mem, o) != mv {
+		return nearMiss
+	}
+	return nearAbsent
+}
+
+// searchKey is read's general search: it probes up to the probe limit,
 // waits out writers, and collects a lapsed entry. It returns nearHit,
-// nearMiss or nearGaveUp.
-func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, out []byte, r int) {
+// nearMiss or nearGaveUp, and the view of what it found in *v.
+func (m *Map) searchKey(key string, h uint64, dst []byte, want bool, v *view) (out []byte, r int) {
 	n0 := len(dst)
-	_, sp, i := m.place(h)
+	sp, i := m.homeSpan(h)
 	wantTag := tagOf(h)
 	for left := m.probeLimit(sp); left > 0; {
 		skip, t := m.scanTags(sp, i, left, belowKey, wantTag)
 		if skip == left || t == 0 {
-			return v, dst, nearMiss
+			return dst, nearMiss
 		}
 		i, left = sp.add(i, skip), left-skip
 		off := m.slotOff(i)
 		for tries := 0; ; tries++ {
 			if tries == readRetries {
 				m.stat(mhBusy)
-				return v, dst, nearGaveUp
+				return dst, nearGaveUp
 			}
 			ver := mem.Load64(m.mem, off+sVersion)
 			if ver&1 != 0 {
 				if !m.awaitWriter(off, ver) {
-					return v, dst, nearGaveUp
+					return dst, nearGaveUp
 				}
 				continue
 			}
@@ -169,7 +219,7 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, ou
 					continue
 				}
 				if st == stateEmpty {
-					return v, dst, nearMiss
+					return dst, nearMiss
 				}
 				break
 			}
@@ -180,45 +230,47 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool) (v view, ou
 			if mem.Load64(m.mem, off+sVersion) != ver {
 				continue
 			}
-			v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+			if v != nil {
+				*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+			}
 			if lapsed(deadline) {
 				m.collect(key, h)
-				return v, dst[:n0], nearGaveUp
+				return dst[:n0], nearGaveUp
 			}
 			if m.countUses {
 				m.touch(i)
 			}
-			return v, dst, nearHit
+			return dst, nearHit
 		}
 		i, left = sp.add(i, 1), left-1
 	}
-	return v, dst, nearMiss
+	return dst, nearMiss
 }
 
 // confirmMiss decides a read that missed: it probes again inside an even,
 // unchanged move version of the key's segment, so a miss faked by entries
 // moving back (see remove) is retried, and a real one is believed.
-func (m *Map) confirmMiss(key string, h uint64, dst []byte, want bool) (v view, out []byte, found bool) {
+func (m *Map) confirmMiss(key string, h uint64, dst []byte, want bool, v *view) (out []byte, found bool) {
 	s := m.stripeOf(h)
 	o := m.lockOff(s) + stMoveVer
 	for range readRetries {
 		mv := mem.Load64(m.mem, o)
 		if mv&1 != 0 {
 			if !m.await(o, mv, s) {
-				return v, dst, false
+				return dst, false
 			}
 			continue
 		}
-		v, out, r := m.searchKey(key, h, dst, want)
+		out, r := m.searchKey(key, h, dst, want, v)
 		if r == nearHit {
-			return v, out, true
+			return out, true
 		}
 		if r == nearGaveUp || mem.Load64(m.mem, o) == mv {
-			return v, dst, false
+			return dst, false
 		}
 	}
 	m.stat(mhBusy)
-	return v, dst, false
+	return dst, false
 }
 
 // probeLimit bounds a search in segment sp: no key sits further from its

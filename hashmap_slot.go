@@ -52,8 +52,19 @@ func (sp span) dist(from, to uint64) uint64 {
 func (m *Map) place(h uint64) (s uint64, sp span, home uint64) {
 	s = m.stripeOf(h)
 	sp = m.span(s)
+	return s, sp, sp.lo + sp.at(h)
+}
+
+// homeSpan is place for a reader, which needs no stripe.
+func (m *Map) homeSpan(h uint64) (sp span, home uint64) {
+	sp = m.span(m.stripeOf(h))
+	return sp, sp.lo + sp.at(h)
+}
+
+// at scales h's high bits to a slot of the segment, from its start.
+func (sp span) at(h uint64) uint64 {
 	hi, _ := bits.Mul64(h, sp.len())
-	return s, sp, sp.lo + hi
+	return hi
 }
 
 // home returns h's home slot.

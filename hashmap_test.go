@@ -963,15 +963,16 @@ func TestReadNearDecidesCommonCases(t *testing.T) {
 		h := m.hashKey(k)
 		_, sp, home := m.place(h)
 		require.LessOrEqual(t, home+8, sp.hi, "%s: pick another key, its home is at its segment's end", k)
-		v, out, r := m.readNear(k, h, nil, true)
+		var v view
+		out, r := m.readNear(k, h, nil, true, &v)
 		require.Equal(t, nearHit, r, k)
 		want, ok := m.Load(k)
 		require.True(t, ok)
 		require.Equal(t, want, out, k)
-		require.Equal(t, v.off, func() int { v, _, _ := m.searchKey(k, h, nil, false); return v.off }(), k)
+		require.Equal(t, v.off, func() int { var v view; m.searchKey(k, h, nil, false, &v); return v.off }(), k)
 	}
-	_, _, r := m.readNear("absent", m.hashKey("absent"), nil, true)
-	require.Equal(t, nearMiss, r)
+	_, r := m.readNear("absent", m.hashKey("absent"), nil, true, new(view))
+	require.Equal(t, nearAbsent, r, "a miss confirmed by the move version")
 }
 
 // An entry that lapses while Expire holds it (between finding it and

@@ -91,10 +91,9 @@ func (a *Arena) usesOf(table int) *uses {
 // enough to be inlined into the read path.
 func (u *uses) add(k int) {
 	p := percpu.Pin()
-	if o := p*useShardBytes + 8*k; o < len(u.shards) {
-		c := mem.Load64(u.shards, o) + 1
-		mem.Put64(u.shards, o, c) // only this P writes it, and the goroutine is pinned
-		if c%useFlushEvery == 0 {
+	if p < u.nshards {
+		// Only this P writes its shard, and the goroutine is pinned.
+		if mem.Inc64(u.shards, p*useShardBytes+8*k)%useFlushEvery == 0 {
 			u.flushPinned(p)
 		}
 		percpu.Unpin()

@@ -20,11 +20,11 @@ import (
 // It exists so that a hit from the value space costs one probe and one
 // copy, like an inline hit: through searchKey it paid a second probe,
 // the move version and the general key check.
-func (m *Map) readNearExternal(key string, h uint64, dst []byte, want bool, i uint64, off int, hdr *[4]uint64, ver, meta uint64) (v view, out []byte, r int) {
+func (m *Map) readNearExternal(key string, h uint64, dst []byte, want bool, i uint64, off int, hdr *[4]uint64, ver, meta uint64, v *view) (out []byte, r int) {
 	keyAt := off + sData + 8 // after the reference
 	if ver&1 != 0 || atomic.LoadUint64(&hdr[sHash/8]) != h || !m.validExternal(meta) ||
 		!mem.EqualString(m.mem, keyAt, key) {
-		return v, dst, nearUnsure
+		return dst, nearUnsure
 	}
 	deadline := int64(atomic.LoadUint64(&hdr[sDeadline/8]))
 	out = dst
@@ -32,10 +32,13 @@ func (m *Map) readNearExternal(key string, h uint64, dst []byte, want bool, i ui
 		out = m.appendExternal(dst, off, meta)
 	}
 	if atomic.LoadUint64(&hdr[sVersion/8]) != ver || lapsed(deadline) {
-		return v, dst, nearUnsure
+		return dst, nearUnsure
 	}
 	if m.countUses {
 		m.touch(i)
 	}
-	return view{off: off, ver: ver, meta: meta, deadline: deadline}, out, nearHit
+	if v != nil {
+		*v = view{off: off, ver: ver, meta: meta, deadline: deadline}
+	}
+	return out, nearHit
 }

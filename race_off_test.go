@@ -4,3 +4,6 @@ package shmarena
 
 // raceSlowdown is 1 outside the race detector: see race_on_test.go.
 const raceSlowdown = 1
+
+// raceEnabled is false outside the race detector: see race_on_test.go.
+const raceEnabled = false

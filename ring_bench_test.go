@@ -38,6 +38,30 @@ func BenchmarkPublish(b *testing.B) {
 	}
 }
 
+// BenchmarkPublishBatch is BenchmarkPublish through PublishBatch, per
+// record: batches of 1, 16 and 64 records of 64 bytes (b.N records in
+// all), nobody reading or sleeping.
+func BenchmarkPublishBatch(b *testing.B) {
+	for _, n := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("batch%d", n), func(b *testing.B) {
+			a, _ := openTestArena(b, 4<<20)
+			r, err := a.Ring("bench", benchShape...)
+			require.NoError(b, err)
+			batch := make([][]byte, n)
+			for i := range batch {
+				batch[i] = make([]byte, benchRecord)
+			}
+			b.SetBytes(benchRecord)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i += n {
+				if _, err := r.PublishBatch("t", batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // benchChild starts this benchmark's binary as a child playing role.
 func benchChild(b *testing.B, bench, role, path string, n int, files ...*os.File) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^"+bench+"$", "-test.benchtime=1x")

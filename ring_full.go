@@ -218,10 +218,25 @@ func (r *Ring) gaveUp(g, i int, seq uint64) bool {
 	return st>>32 == rl.StPending && uint64(uint32(st)) >= md && mem.Load64(b, e+rl.PSeq) == seq
 }
 
-// hasRoom reports, without the publish lock, whether the next publish
-// would find room now.
-func (r *Ring) hasRoom() bool {
-	return r.roomFor(-1, 0)
+// hasRoom reports, without the publish lock, whether the next k
+// publishes (one batch when k > 1) would find room now.
+func (r *Ring) hasRoom(k uint64) bool {
+	if k <= 1 {
+		return r.roomFor(-1, 0)
+	}
+	next := mem.Load64(r.b, r.off+rl.OffNext)
+	mask := mem.Load64(r.b, r.off+rl.OffProtected)
+	last := next + k - 1
+	if mask == 0 || last <= r.slots {
+		return true
+	}
+	f := r.floor(mask)
+	for v := max(next, r.slots+1) - r.slots; v <= last-r.slots; v++ {
+		if v >= f && !r.spare(mask, v, -1, 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // roomFor reports, without the publish lock, whether the next publish
@@ -280,7 +295,7 @@ func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (_
 			waited = true
 			mem.Add64(r.b, r.off+rl.OffWaited, 1)
 		}
-		if err := r.waitRoom(ctx); err != nil {
+		if err := r.waitRoom(ctx, 1); err != nil {
 			if err == ErrClosed {
 				return 0, err
 			}
@@ -289,14 +304,15 @@ func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (_
 	}
 }
 
-// waitRoom blocks until the ring has room, ctx ends or the arena closes.
-func (r *Ring) waitRoom(ctx context.Context) error {
+// waitRoom blocks until the ring has room for k records, ctx ends or the
+// arena closes.
+func (r *Ring) waitRoom(ctx context.Context, k uint64) error {
 	defer runtime.KeepAlive(r)
 	for start := time.Now(); time.Since(start) < waitSpin; {
 		if r.closed() {
 			return ErrClosed
 		}
-		if r.hasRoom() {
+		if r.hasRoom(k) {
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
@@ -319,7 +335,7 @@ func (r *Ring) waitRoom(ctx context.Context) error {
 		switch {
 		case r.closed():
 			return ErrClosed
-		case r.hasRoom():
+		case r.hasRoom(k):
 			return nil
 		case ctx.Err() != nil:
 			return ctx.Err()

@@ -106,6 +106,8 @@ func exerciseRing(r *Ring, c *Cursor, groups ...*Group) {
 		_, _ = r.Publish("t", []byte("more"))
 		_, _ = r.Publish("u", nil)
 	}
+	_, _ = r.PublishBatch("t", [][]byte{[]byte("batch"), nil, []byte("of three")})
+	_, _ = r.PublishBatchWait(ctx, "u", [][]byte{nil, []byte("two")})
 	c.Read(0)
 	c.Next()
 	_ = c.Wait(ctx)

@@ -76,16 +76,26 @@ type holeWatch struct {
 // the lock over, repairs the hole and reports true.
 func (r *Ring) checkHole(w *holeWatch) bool {
 	b := r.b
+	// The sequence word first: a reader reads its line anyway, and while
+	// it moves between two looks there is no hole to watch for. Only a
+	// reader that finds it where it was looks at the lock's word (a line
+	// the producer writes twice per record: loading it on every empty
+	// read of a stream that keeps up took it from the producer each time)
+	// and at the clock.
+	next := mem.Load64(b, r.off+rl.OffNext)
+	if next != w.next {
+		*w = holeWatch{next: next}
+		return false
+	}
 	lock := r.off + rl.OffLock
 	owner := mem.Load64(b, lock)
 	if owner == 0 || owner == r.a.self {
 		w.owner = 0
 		return false
 	}
-	next := mem.Load64(b, r.off+rl.OffNext)
 	now := time.Now()
-	if owner != w.owner || next != w.next {
-		*w = holeWatch{owner: owner, next: next, since: now}
+	if owner != w.owner {
+		w.owner, w.since = owner, now
 		return false
 	}
 	if now.Sub(w.since) < holeCheckAfter {
@@ -114,25 +124,29 @@ const waitSpin = 50 * time.Microsecond
 // sleeper announces itself and reads the futex word before re-checking,
 // so a commit after the check changes the word and wakes it.
 //
-// avail(true) is the poll of the spin phase, called in a loop: it looks
-// only for new records, with loads of words readers read anyway. The
-// slower checks (a producer dead mid-publish, which reads the publish
+// avail(true) is the quick look, on entry and in the spin phase's loop:
+// it looks only for new records, with loads of words readers read anyway.
+// The slower checks (a producer dead mid-publish, which reads the publish
 // lock's word and the clock; an acking group's due leases, a scan of its
 // pending table) are left to avail(false), which runs before every sleep:
-// a spinning reader that loaded the lock's line on every poll took it
-// from the producer, who writes it twice per record.
+// a reader that loaded the lock's line on every look took it from the
+// producer, who writes it twice per record, and a consumer that keeps up
+// with a stream calls Wait every few records.
 func (r *Ring) wait(ctx context.Context, avail func(spin bool) bool) error {
 	defer runtime.KeepAlive(r)
 	if r.closed() {
 		return ErrClosed
 	}
-	if avail(false) {
+	if avail(true) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if r.a.readOnly {
+		if avail(false) {
+			return nil
+		}
 		return r.poll(ctx, avail)
 	}
 	// Poll a little before sleeping: a producer that is publishing now

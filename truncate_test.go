@@ -17,6 +17,11 @@ import (
 // new end away from every mapping: an access to them raises SIGBUS. A
 // worker must get ErrTruncated from the operation, not die.
 func TestTruncatedFileIsAnErrorNotSIGBUS(t *testing.T) {
+	if raceEnabled {
+		// About one run in 20 faulted inside an atomic operation, which
+		// the race runtime runs outside Go code: a fatal error, not a panic.
+		t.Skip("a memory fault cannot be recovered under the race detector; the plain and 386 runs check this")
+	}
 	a, path := tempArena(t, 4<<20)
 	m, err := a.Map("m", WithSlots(4096), WithSlotSize(128), WithStripes(4))
 	require.NoError(t, err)

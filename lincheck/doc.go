@@ -2,7 +2,8 @@
 // across processes, crashes included, the way etcd's robustness tests
 // check etcd: worker processes (this test binary, re-executed, some in PID
 // namespaces of their own) run random operations on a few shared keys, a
-// ring with an at-most-once group, and a ring with an acking group
+// ring with an at-most-once group (Publish, PublishBatch of one to three
+// records, Claim), and a ring with an acking group
 // (PublishWait, Claim of several, Ack, Nack with a delay, Extend, leases
 // that run out or whose holder is killed, dead letters; the model knows
 // each lease's holder, delivery count and when it ends), logging when

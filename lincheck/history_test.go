@@ -21,20 +21,21 @@ import (
 // and after the operation returns, so [call t, ret t] contains the
 // operation. Each record is one write(2) of one line.
 type logRec struct {
-	Ev   string `json:"e"`
-	ID   int    `json:"id"`
-	T    int64  `json:"t"`
-	Op   string `json:"op,omitempty"`
-	Key  string `json:"k,omitempty"`   // map name "/" key
-	Val  []byte `json:"v,omitempty"`   // value, new value, or payload
-	Old  []byte `json:"o,omitempty"`   // CompareAndSwap, CompareAndDelete
-	D    int64  `json:"d,omitempty"`   // Add's delta
-	OK   bool   `json:"ok,omitempty"`  // found, loaded, swapped, deleted
-	Out  []byte `json:"out,omitempty"` // value returned, or claimed payload
-	N    int64  `json:"n,omitempty"`   // Counter, Add
-	Seq  uint64 `json:"seq,omitempty"` // Publish, Claim
-	Busy bool   `json:"busy,omitempty"`
-	Err  string `json:"err,omitempty"`
+	Ev   string   `json:"e"`
+	ID   int      `json:"id"`
+	T    int64    `json:"t"`
+	Op   string   `json:"op,omitempty"`
+	Key  string   `json:"k,omitempty"`   // map name "/" key
+	Val  []byte   `json:"v,omitempty"`   // value, new value, or payload
+	Old  []byte   `json:"o,omitempty"`   // CompareAndSwap, CompareAndDelete
+	D    int64    `json:"d,omitempty"`   // Add's delta
+	OK   bool     `json:"ok,omitempty"`  // found, loaded, swapped, deleted
+	Out  []byte   `json:"out,omitempty"` // value returned, or claimed payload
+	Vals [][]byte `json:"vs,omitempty"`  // PublishBatch's payloads
+	N    int64    `json:"n,omitempty"`   // Counter, Add
+	Seq  uint64   `json:"seq,omitempty"` // Publish, Claim
+	Busy bool     `json:"busy,omitempty"`
+	Err  string   `json:"err,omitempty"`
 	// The acking group's operations.
 	Max  int      `json:"max,omitempty"`  // Claim's max
 	Recs []ackRec `json:"rs,omitempty"`   // Ack, Nack, Extend: the records; Claim: those returned
@@ -45,6 +46,7 @@ type logRec struct {
 
 const (
 	opPublish = "Publish"
+	opBatch   = "PublishBatch"
 	opClaim   = "Claim"
 	// On the acking group's ring.
 	opAPublish = "PublishWait"
@@ -166,8 +168,15 @@ func readLog(path string, client int) (*history, int64, error) {
 				out.pays = append(out.pays, string(p))
 			}
 			op.Output = out
+		case c.Op == opBatch:
+			in := ringIn{publish: true, n: len(c.Vals)}
+			for _, v := range c.Vals {
+				in.batch = append(in.batch, string(v))
+			}
+			op.Input = in
+			op.Output = ringOut{unknown: !returned, seq: r.Seq, err: r.Err}
 		case c.Op == opPublish || c.Op == opClaim:
-			op.Input = ringIn{publish: c.Op == opPublish, payload: string(c.Val)}
+			op.Input = ringIn{publish: c.Op == opPublish, payload: string(c.Val), n: 1}
 			op.Output = ringOut{unknown: !returned, seq: r.Seq, payload: string(r.Out), err: r.Err}
 		default:
 			op.Input = mapIn{op: c.Op, key: c.Key, val: string(c.Val), old: string(c.Old), delta: c.D}
@@ -185,7 +194,7 @@ func readLog(path string, client int) (*history, int64, error) {
 		}
 		if isAckOp(c.Op) {
 			h.ackOps = append(h.ackOps, op)
-		} else if c.Op == opPublish || c.Op == opClaim {
+		} else if c.Op == opPublish || c.Op == opBatch || c.Op == opClaim {
 			h.ringOps = append(h.ringOps, op)
 		} else {
 			h.mapOps = append(h.mapOps, op)
@@ -224,15 +233,23 @@ func checkPayloads(ops []porcupine.Operation) []string {
 		if !in.publish {
 			continue
 		}
-		if _, dup := pubs[in.payload]; dup {
-			problems = append(problems, fmt.Sprintf("payload %s published twice (a recorder bug)", showBytes(in.payload)))
-		}
-		pubs[in.payload] = pub{op: op, seq: out.seq}
-		if out.seq != 0 {
-			if other, dup := seqOwner[out.seq]; dup {
-				problems = append(problems, fmt.Sprintf("sequence %d returned to two Publish calls, of %s and %s", out.seq, showBytes(other), showBytes(in.payload)))
+		// A batch's i-th payload has the sequence after the first's
+		// plus i: no other record comes between them.
+		for i, payload := range in.payloads() {
+			if _, dup := pubs[payload]; dup {
+				problems = append(problems, fmt.Sprintf("payload %s published twice (a recorder bug)", showBytes(payload)))
 			}
-			seqOwner[out.seq] = in.payload
+			seq := out.seq
+			if seq != 0 {
+				seq += uint64(i)
+			}
+			pubs[payload] = pub{op: op, seq: seq}
+			if seq != 0 {
+				if other, dup := seqOwner[seq]; dup {
+					problems = append(problems, fmt.Sprintf("sequence %d returned to two Publish calls, of %s and %s", seq, showBytes(other), showBytes(payload)))
+				}
+				seqOwner[seq] = payload
+			}
 		}
 	}
 	claimedSeq := map[uint64]bool{}

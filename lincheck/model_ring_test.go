@@ -16,14 +16,17 @@ import (
 // [p, h) that is not a hole holds a published record no member has
 // claimed yet.
 //
-//   - Publish returns h and moves it on.
+//   - Publish returns h and moves it on; PublishBatch of n records
+//     returns h and moves it on by n (its records are h, ..., h+n-1).
 //   - Claim(1) returns the oldest unclaimed record, p's, and moves p past
 //     it; or nothing, and then there is none: p == h. Holes are stepped
 //     over as the group does (and as it counts them abandoned), so p is
 //     kept past them (normalize).
 //   - A Publish whose worker died took effect or not, and if it did, its
 //     sequence may be a hole (it died before committing) or a record (it
-//     died after).
+//     died after). A PublishBatch whose worker died published all its
+//     records (it died after the commit), or left one hole at h (before:
+//     the rest of its sequences were never handed out), or nothing.
 //   - A Claim whose worker died took the record at p, or nothing. (It
 //     may also have stepped the position over holes, which changes
 //     nothing observable.)
@@ -43,8 +46,18 @@ type ringState struct {
 }
 
 type ringIn struct {
-	publish bool   // else Claim(1)
-	payload string // Publish: the record's payload
+	publish bool     // else Claim(1)
+	payload string   // Publish: the record's payload
+	n       int      // records published: 1, or PublishBatch's count
+	batch   []string // PublishBatch: the records' payloads
+}
+
+// payloads returns what a publish published, in order.
+func (in ringIn) payloads() []string {
+	if in.batch != nil {
+		return in.batch
+	}
+	return []string{in.payload}
 }
 
 type ringOut struct {
@@ -89,14 +102,14 @@ func normalize(s ringState) ringState {
 func ringSuccessors(s ringState, in ringIn, out ringOut) []ringState {
 	switch {
 	case in.publish && out.unknown:
-		pub := ringState{h: s.h + 1, p: s.p, holes: s.holes}
+		pub := ringState{h: s.h + uint64(max(in.n, 1)), p: s.p, holes: s.holes}
 		hole := normalize(ringState{h: s.h + 1, p: s.p, holes: s.holes + holeString([]uint64{s.h})})
 		return []ringState{s, pub, hole}
 	case in.publish:
 		if out.err != "" || out.seq != s.h {
 			return nil
 		}
-		return []ringState{{h: s.h + 1, p: s.p, holes: s.holes}}
+		return []ringState{{h: s.h + uint64(max(in.n, 1)), p: s.p, holes: s.holes}}
 	case out.unknown:
 		if s.p < s.h {
 			return []ringState{s, normalize(ringState{h: s.h, p: s.p + 1, holes: s.holes})}
@@ -132,9 +145,16 @@ func describeRing(s ringState) string {
 
 func describeRingOp(in ringIn, out ringOut) string {
 	var call string
-	if in.publish {
+	switch {
+	case in.batch != nil:
+		ps := make([]string, len(in.batch))
+		for i, p := range in.batch {
+			ps[i] = showBytes(p)
+		}
+		call = fmt.Sprintf("PublishBatch(%s)", strings.Join(ps, ", "))
+	case in.publish:
 		call = fmt.Sprintf("Publish(%s)", showBytes(in.payload))
-	} else {
+	default:
 		call = "Claim(1)"
 	}
 	switch {

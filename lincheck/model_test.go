@@ -1,6 +1,7 @@
 package lincheck
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -146,4 +147,49 @@ func TestCheckPayloads(t *testing.T) {
 	assert.Len(t, checkPayloads([]porcupine.Operation{pub(5, 6, "a", 1, false), claim(1, 2, 1, "a")}), 1, "claimed before published")
 	assert.Len(t, checkPayloads([]porcupine.Operation{pub(1, 2, "a", 1, false), pub(1, never, "b", 0, true), claim(3, 4, 1, "b")}), 1, "a dead publish's record at a sequence another got")
 	assert.Len(t, checkPayloads([]porcupine.Operation{pub(1, 2, "a", 1, false), claim(3, 4, 1, "a"), claim(3, 4, 1, "a")}), 1, "claimed twice")
+
+	batch := func(call, ret int64, seq uint64, dead bool, ps ...string) porcupine.Operation {
+		return porcupine.Operation{Call: call, Return: ret, Input: ringIn{publish: true, n: len(ps), batch: ps}, Output: ringOut{seq: seq, unknown: dead}}
+	}
+	assert.Empty(t, checkPayloads([]porcupine.Operation{batch(1, 2, 1, false, "a", "b"), pub(3, 4, "c", 3, false), claim(5, 6, 1, "a"), claim(5, 6, 2, "b"), claim(5, 6, 3, "c")}))
+	assert.Len(t, checkPayloads([]porcupine.Operation{batch(1, 2, 1, false, "a", "b"), claim(5, 6, 3, "b")}), 1, "a batch's record off its place")
+	assert.Len(t, checkPayloads([]porcupine.Operation{batch(1, 2, 1, false, "a", "b"), pub(1, 2, "c", 2, false)}), 1, "a sequence of a batch returned to a Publish")
+}
+
+func TestRingModelBatches(t *testing.T) {
+	batch := func(c int, call, ret int64, seq uint64, n int) porcupine.Operation {
+		ps := make([]string, n)
+		for i := range ps {
+			ps[i] = fmt.Sprintf("c%d.%d.%d", c, call, i)
+		}
+		out := ringOut{seq: seq}
+		if ret == never {
+			out = ringOut{unknown: true}
+		}
+		return porcupine.Operation{ClientId: c, Call: call, Return: ret, Input: ringIn{publish: true, n: n, batch: ps}, Output: out}
+	}
+	pub := func(c int, call, ret int64, seq uint64) porcupine.Operation {
+		return porcupine.Operation{ClientId: c, Call: call, Return: ret, Input: ringIn{publish: true, payload: "p", n: 1}, Output: ringOut{seq: seq}}
+	}
+	claim := func(c int, call, ret int64, seq uint64) porcupine.Operation {
+		return porcupine.Operation{ClientId: c, Call: call, Return: ret, Input: ringIn{}, Output: ringOut{seq: seq}}
+	}
+	cases := []struct {
+		name string
+		ok   bool
+		ops  []porcupine.Operation
+	}{
+		{"a batch takes consecutive sequences", true, []porcupine.Operation{batch(0, 1, 2, 1, 3), pub(0, 3, 4, 4), claim(1, 5, 6, 1), claim(1, 7, 8, 2), claim(1, 9, 10, 3), claim(1, 11, 12, 4), claim(1, 13, 14, 0)}},
+		{"nothing between a batch's records", false, []porcupine.Operation{batch(0, 1, 2, 1, 3), pub(1, 1, 2, 2)}},
+		{"a batch's records all come at once", false, []porcupine.Operation{batch(0, 1, 10, 1, 2), claim(1, 2, 3, 1), claim(1, 4, 5, 0)}},
+		{"a killed batch published all", true, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 4), claim(1, 5, 6, 1), claim(1, 7, 8, 2), claim(1, 9, 10, 3), claim(1, 11, 12, 4)}},
+		{"a killed batch leaves one hole", true, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 2), claim(1, 5, 6, 2), claim(1, 7, 8, 0)}},
+		{"a killed batch leaves nothing", true, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 1), claim(1, 5, 6, 1), claim(1, 7, 8, 0)}},
+		{"a killed batch publishes no part of itself", false, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 3)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assert.Equal(t, c.ok, porcupine.CheckOperations(ringModel, c.ops))
+		})
+	}
 }

@@ -185,7 +185,7 @@ var opWeights = []struct {
 }{
 	{opLoad, 18}, {opCounter, 6}, {opStore, 9}, {opDelete, 4}, {opLoadOrStore, 5},
 	{opLoadAndDelete, 4}, {opSwap, 6}, {opCAS, 13}, {opCAD, 5}, {opAdd, 12},
-	{opPublish, 8}, {opClaim, 10},
+	{opPublish, 6}, {opBatch, 3}, {opClaim, 12},
 	{opAPublish, 8}, {opAClaim, 8}, {opAAck, 6}, {opANack, 2}, {opAExtend, 1},
 }
 
@@ -252,6 +252,11 @@ func (w *recorder) step() error {
 	case opPublish:
 		p := fmt.Sprintf("p%d.%d", w.client, w.id)
 		c.Val = []byte(p + strings.Repeat("y", w.rng.IntN(maxPayload-len(p)+1)))
+	case opBatch:
+		for i := range 1 + w.rng.IntN(3) {
+			p := fmt.Sprintf("b%d.%d.%d", w.client, w.id, i)
+			c.Vals = append(c.Vals, []byte(p+strings.Repeat("y", w.rng.IntN(maxPayload-len(p)+1))))
+		}
 	case opClaim:
 	case opAPublish:
 		p := fmt.Sprintf("a%d.%d", w.client, w.id)
@@ -339,6 +344,8 @@ func (w *recorder) do(c *logRec, m *shmarena.Map, key string) error {
 		r.N, err = m.Add(key, c.D)
 	case opPublish:
 		r.Seq, err = w.ring.Publish("", c.Val)
+	case opBatch:
+		r.Seq, err = w.ring.PublishBatch("", c.Vals)
 	case opAPublish:
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		r.Seq, err = w.ackRing.PublishWait(ctx, "job", c.Val)

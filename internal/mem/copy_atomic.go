@@ -8,6 +8,10 @@ func equal[S ~string | ~[]byte](b []byte, off int, s S) bool { return atomicEqua
 
 func equalString(b []byte, off int, s string) bool { return atomicEqual(b, off, s) }
 
+// EqualMid is EqualString for a string of 8 to 32 bytes (the caller
+// checks); see the amd64 version.
+func EqualMid(b []byte, off int, s string) bool { return atomicEqual(b, off, s) }
+
 func load8(b []byte, off int) uint64 {
 	lo := off &^ 7
 	w := Load64(b, lo)
@@ -21,6 +25,14 @@ func write[S ~string | ~[]byte](b []byte, off int, s S) { atomicWrite(b, off, s)
 
 // Put64 stores v at off (an atomic store in these builds).
 func Put64(b []byte, off int, v uint64) { Store64(b, off, v) }
+
+// Inc64 adds 1 to the word at off (an atomic load and store in these
+// builds) and returns the new value; see the amd64 version.
+func Inc64(b []byte, off int) uint64 {
+	c := Load64(b, off) + 1
+	Store64(b, off, c)
+	return c
+}
 
 // StoreRelease64 stores v at off with release ordering; elsewhere it is an
 // atomic store (see the amd64 version).

@@ -33,6 +33,23 @@ func equalString(b []byte, off int, s string) bool {
 	return diff == 0
 }
 
+// EqualMid is EqualString for a string of 8 to 32 bytes (the caller
+// checks), the lengths of most keys, small enough to be inlined: a read
+// path that compares a key then spills no registers around a call. It
+// reads four words, at 0, j, n-8-j and n-8 with j = ceil((n-8)/3), so no
+// two are more than 8 bytes apart and every byte is covered, and or-s
+// their differences: one bounds check, no branch.
+func EqualMid(b []byte, off int, s string) bool {
+	x, y := unsafe.Pointer(&b[off : off+len(s)][0]), unsafe.Pointer(unsafe.StringData(s))
+	l := uintptr(len(s) - 8)
+	j := (l + 2) / 3
+	// (^ and | bind alike: each difference in its parentheses.)
+	return (*(*uint64)(x)^*(*uint64)(y))|
+		(*(*uint64)(unsafe.Add(x, j))^*(*uint64)(unsafe.Add(y, j)))|
+		(*(*uint64)(unsafe.Add(x, l-j))^*(*uint64)(unsafe.Add(y, l-j)))|
+		(*(*uint64)(unsafe.Add(x, l))^*(*uint64)(unsafe.Add(y, l))) == 0
+}
+
 // load8 reads the 8 bytes at off, at any alignment, with one plain load:
 // an x86 load never tears a byte, which is all Load8's callers rely on.
 func load8(b []byte, off int) uint64 {
@@ -49,6 +66,15 @@ func write[S ~string | ~[]byte](b []byte, off int, s S) { copy(b[off:off+len(s)]
 // atomic store. It also suits a word whose writers may race when any of
 // their values will do (a hint that readers check before use).
 func Put64(b []byte, off int, v uint64) { *p64(b, off) = v }
+
+// Inc64 adds 1 to the word at off with a plain load and store, and
+// returns the new value: for a word that only the caller writes (a
+// per-CPU count, under a pin), which others load atomically, as Put64.
+func Inc64(b []byte, off int) uint64 {
+	p := p64(b, off)
+	*p++
+	return *p
+}
 
 // StoreRelease64 stores v at off with release ordering: earlier loads and
 // stores are visible before it, which is all a lock release needs. On amd64

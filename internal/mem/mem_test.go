@@ -22,10 +22,17 @@ func TestWriteAppendEqual(t *testing.T) {
 			require.Equal(t, src, AppendBytes([]byte{}, b, off, n), "off %d n %d", off, n)
 			require.True(t, Equal(b, off, string(src)))
 			require.True(t, EqualString(b, off, string(src)))
+			mid := n >= 8 && n <= 32
+			if mid {
+				require.True(t, EqualMid(b, off, string(src)), "off %d n %d", off, n)
+			}
 			for i := range src { // a difference at each byte is seen
 				diff := []byte(string(src))
 				diff[i] ^= 0x40
 				require.False(t, EqualString(b, off, string(diff)), "off %d n %d byte %d", off, n, i)
+				if mid {
+					require.False(t, EqualMid(b, off, string(diff)), "off %d n %d byte %d", off, n, i)
+				}
 				require.False(t, Equal(b, off, string(diff)), "off %d n %d byte %d", off, n, i)
 			}
 			if n > 0 {
@@ -59,6 +66,18 @@ func TestAtomicVariants(t *testing.T) {
 			require.Equal(t, bytes.Repeat([]byte{0xAA}, 64-off-n), b[off+n:])
 		}
 	}
+}
+
+// Inc64 counts up from what the word holds, and touches no other byte.
+func TestInc64(t *testing.T) {
+	b := bytes.Repeat([]byte{0xAA}, 24)
+	Put64(b, 8, 41)
+	require.EqualValues(t, 42, Inc64(b, 8))
+	require.EqualValues(t, 42, Load64(b, 8))
+	Put64(b, 8, 1<<64-1)
+	require.EqualValues(t, 0, Inc64(b, 8), "wraps")
+	require.Equal(t, bytes.Repeat([]byte{0xAA}, 8), b[:8])
+	require.Equal(t, bytes.Repeat([]byte{0xAA}, 8), b[16:])
 }
 
 func TestCAS128(t *testing.T) {
