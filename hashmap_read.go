@@ -345,8 +345,14 @@ func (m *Map) await(off int, ver uint64, s uint64) bool {
 				// took the stripe first. On a busy machine the first
 				// question may come after oddPatience, and a reader
 				// that had just repaired the stripe must not call it busy.
+				// Only the look, not another round: a damaged word that
+				// no repair moves must still meet the patience check,
+				// which a machine whose every round is a question due
+				// would otherwise never reach.
 				m.repairDead(s)
-				continue
+				if mem.Load64(m.mem, off) != ver {
+					return true
+				}
 			}
 		}
 		if now.Sub(start) > oddPatience {

@@ -546,15 +546,34 @@ func writeWords[S ~string | ~[]byte](b []byte, off int, s S) { mem.Write(b, off,
 // kept once per hole in the header (hole count, then hole sequence), and
 // the abandoned count is stored from it, never added to. Until the head
 // moves on, Stats may show the hole counted with the head not past it.
+//
+// A batch (PublishBatch) killed before its commit may have begun several
+// slots, each over a record the ring still held: each becomes a hole, so
+// the head passes every slot the dead batch wrote. Left behind, such a
+// slot held a sequence the head had not reached (Check reported it), lost
+// a record the head said the ring still held, and turned a later dead
+// owner that had begun nothing into a hole. A slot begun past the head is
+// only ever a dead batch's: the batch's room check covered it, and no
+// publisher has held the lock since.
 func (r *Ring) repair() {
+	for range r.slots { // a batch begins at most slots slots
+		if !r.repairOne() {
+			return
+		}
+	}
+}
+
+// repairOne makes the record begun at the head a hole and reports
+// whether there was one.
+func (r *Ring) repairOne() bool {
 	b := r.b
 	s := mem.Load64(b, r.off+rl.OffNext)
 	if s == 0 || s >= rl.MaxSeq {
-		return
+		return false
 	}
 	o := r.slotOff(s)
 	if mem.Load64(b, o+rl.SBegin) != s {
-		return // the dead producer had not started: no hole
+		return false // the dead producer had not started: no hole
 	}
 	if mem.Load64(b, r.off+rl.OffHoleSeq) != s {
 		mem.Store64(b, r.off+rl.OffHoleCount, mem.Load64(b, r.off+rl.OffAbandoned))
@@ -570,6 +589,7 @@ func (r *Ring) repair() {
 	if r.a != nil {
 		r.wake()
 	}
+	return true
 }
 
 // Head returns the sequence number the next record published will get:

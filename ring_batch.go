@@ -45,10 +45,10 @@ import (
 // ReadOnly; ErrClosed after Close.
 //
 // Safe for concurrent use by goroutines and processes, with Publish and
-// with other batches. A producer killed while writing a batch leaves one
-// abandoned record at first (as a killed Publish does) and none of the
-// batch visible: the rest of its sequence numbers are never handed out.
-// It allocates nothing.
+// with other batches. A producer killed while writing a batch leaves none
+// of the batch visible and an abandoned record (as a killed Publish
+// leaves one) for each record it had begun: the repair moves the head
+// past every slot the batch overwrote. It allocates nothing.
 func (r *Ring) PublishBatch(topic string, payloads [][]byte) (_ uint64, err error) {
 	defer catchFault(r.a, guard(), &err)
 	return r.publishBatch(topic, payloads)
@@ -138,10 +138,10 @@ func (r *Ring) checkBatch(topic string, payloads [][]byte) error {
 // publishBatchEntered is publishBatch once the operation is counted in
 // flight: Publish's protocol (see publishEntered), with every slot of the
 // batch written before the one commit that moves the sequence word past
-// them all. A producer that dies before the commit leaves the first slot
-// begun, which repair turns into one hole; the slots after it carry
-// sequences the ring has not handed out, which readers never look at (they
-// read below the sequence word) and the next publishers overwrite.
+// them all. A producer that dies before the commit leaves slots from the
+// first on begun, which repair turns into holes one by one (see repair):
+// left as they were, they would hold sequences past the head over records
+// the head still counts.
 func (r *Ring) publishBatchEntered(topic string, payloads [][]byte) (uint64, error) {
 	b := r.b
 	k := uint64(len(payloads))

@@ -50,8 +50,8 @@ func (r *Ring) checkOnce() (out []string, stable bool) {
 		switch {
 		case begin == 0 && want == 0:
 			continue // never written
-		case begin == next && locked:
-			continue // being published now
+		case locked && begin >= next && begin-next < r.slots && begin%r.slots == i:
+			continue // being published now: the head's slot, or a batch's later ones
 		case begin != want:
 			add("slot %d: holds sequence %d, the ring's head %d puts sequence %d there", i, begin, next, want)
 			continue

@@ -25,8 +25,9 @@ import (
 //   - A Publish whose worker died took effect or not, and if it did, its
 //     sequence may be a hole (it died before committing) or a record (it
 //     died after). A PublishBatch whose worker died published all its
-//     records (it died after the commit), or left one hole at h (before:
-//     the rest of its sequences were never handed out), or nothing.
+//     records (it died after the commit), or left holes at h, ...,
+//     h+j-1 for the 1 <= j <= n records it had begun (before: the repair
+//     makes a hole of each slot it began), or nothing.
 //   - A Claim whose worker died took the record at p, or nothing. (It
 //     may also have stepped the position over holes, which changes
 //     nothing observable.)
@@ -103,8 +104,13 @@ func ringSuccessors(s ringState, in ringIn, out ringOut) []ringState {
 	switch {
 	case in.publish && out.unknown:
 		pub := ringState{h: s.h + uint64(max(in.n, 1)), p: s.p, holes: s.holes}
-		hole := normalize(ringState{h: s.h + 1, p: s.p, holes: s.holes + holeString([]uint64{s.h})})
-		return []ringState{s, pub, hole}
+		out := []ringState{s, pub}
+		var holes []uint64
+		for j := range uint64(max(in.n, 1)) {
+			holes = append(holes, s.h+j)
+			out = append(out, normalize(ringState{h: s.h + j + 1, p: s.p, holes: s.holes + holeString(holes)}))
+		}
+		return out
 	case in.publish:
 		if out.err != "" || out.seq != s.h {
 			return nil

@@ -185,7 +185,9 @@ func TestRingModelBatches(t *testing.T) {
 		{"a killed batch published all", true, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 4), claim(1, 5, 6, 1), claim(1, 7, 8, 2), claim(1, 9, 10, 3), claim(1, 11, 12, 4)}},
 		{"a killed batch leaves one hole", true, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 2), claim(1, 5, 6, 2), claim(1, 7, 8, 0)}},
 		{"a killed batch leaves nothing", true, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 1), claim(1, 5, 6, 1), claim(1, 7, 8, 0)}},
-		{"a killed batch publishes no part of itself", false, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 3)}},
+		{"a killed batch leaves a hole for each record it began", true, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 3), claim(1, 5, 6, 3), claim(1, 7, 8, 0)}},
+		{"a killed batch publishes no part of itself", false, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 3), claim(1, 5, 6, 1)}},
+		{"a killed batch leaves no more holes than records", false, []porcupine.Operation{batch(0, 1, never, 0, 3), pub(1, 3, 4, 5)}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
