@@ -30,7 +30,7 @@ import (
 // is one publish's: one lock round trip, one commit of the ring's
 // sequence word and at most one wake-up system call for the whole batch,
 // then a copy per record (180 instructions per 64-byte record in batches
-// of 64, against 588 for a Publish; between processes about 1.5x the
+// of 64, against 588 for a Publish; between processes 1.5-2.4x the
 // records per second of one Publish per record, bench/results.md). The
 // publish lock is held while the batch is copied: a large batch holds
 // off other producers while all its records are copied.
