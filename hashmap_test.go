@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -954,15 +955,14 @@ func TestMapInsertTakesFirstFreeSlot(t *testing.T) {
 // sends to searchKey costs both paths.
 func TestReadNearDecidesCommonCases(t *testing.T) {
 	m := testMap(t, WithSlots(1024), WithSlotSize(64), WithStripes(1)) // MaxPair 32: the pairs below fill it
-	counter := "counter-0123456789abcdef"                              // 24 bytes and the 8-byte value
-	require.NoError(t, m.Store("plain", []byte("a value of 27 bytes .......")))
-	require.NoError(t, m.Store("ttl", []byte("value"), WithTTL(time.Hour)))
+	plain, ttl := nearKey(t, m, "p", 5), nearKey(t, m, "t", 3)
+	counter := nearKey(t, m, "counter-0123456789ab", 24) // 24 bytes and the 8-byte value
+	require.NoError(t, m.Store(plain, []byte("a value of 27 bytes .......")))
+	require.NoError(t, m.Store(ttl, []byte("value"), WithTTL(time.Hour)))
 	_, err := m.Add(counter, 7)
 	require.NoError(t, err)
-	for _, k := range []string{"plain", "ttl", counter} {
+	for _, k := range []string{plain, ttl, counter} {
 		h := m.hashKey(k)
-		_, sp, home := m.place(h)
-		require.LessOrEqual(t, home+8, sp.hi, "%s: pick another key, its home is at its segment's end", k)
 		var v view
 		out, r := m.readNear(k, h, nil, true, &v)
 		require.Equal(t, nearHit, r, k)
@@ -971,8 +971,27 @@ func TestReadNearDecidesCommonCases(t *testing.T) {
 		require.Equal(t, want, out, k)
 		require.Equal(t, v.off, func() int { var v view; m.searchKey(k, h, nil, false, &v); return v.off }(), k)
 	}
-	_, r := m.readNear("absent", m.hashKey("absent"), nil, true, new(view))
+	absent := nearKey(t, m, "absent", 6)
+	_, r := m.readNear(absent, m.hashKey(absent), nil, true, new(view))
 	require.Equal(t, nearAbsent, r, "a miss confirmed by the move version")
+}
+
+// nearKey returns the first key of n bytes, prefix then a number, whose
+// home window (8 slots from its home) lies inside its segment and holds no
+// entry yet. The seed is random, so a fixed key may land where readNear
+// rightly hands over to searchKey (a segment's end, a neighbour's tag).
+func nearKey(t *testing.T, m *Map, prefix string, n int) string {
+	t.Helper()
+	for i := range 1000 {
+		k := prefix + strconv.Itoa(i)
+		k += strings.Repeat("-", max(0, n-len(k)))
+		_, sp, home := m.place(m.hashKey(k))
+		if home+8 <= sp.hi && mem.Load8(m.mem, m.tagBase+int(home)) == 0 {
+			return k
+		}
+	}
+	require.FailNow(t, "no key with an empty home window", prefix)
+	return ""
 }
 
 // An entry that lapses while Expire holds it (between finding it and
