@@ -1,7 +1,6 @@
 package shmarena
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/shmarena/shmarena/internal/mem"
@@ -16,17 +15,9 @@ import (
 func TestAbsentNearBelievesOnlyAQuietSegment(t *testing.T) {
 	m := testMap(t, WithSlots(1024), WithSlotSize(64), WithStripes(1))
 	require.NoError(t, m.Store("present", []byte("v")))
-	var key string
-	var h, home uint64
-	for i := 0; ; i++ { // an absent key whose home window fits and starts empty
-		key = fmt.Sprintf("absent-%d", i)
-		h = m.hashKey(key)
-		var sp span
-		_, sp, home = m.place(h)
-		if home+8 <= sp.hi && m.tag(home) == 0 {
-			break
-		}
-	}
+	key := nearKey(t, m, "absent-", 8) // absent, its home window fits and starts empty
+	h := m.hashKey(key)
+	_, _, home := m.place(h)
 	_, r := m.readNear(key, h, nil, true, nil)
 	require.Equal(t, nearAbsent, r)
 	require.Equal(t, nearAbsent, m.absentNear(h, home))
