@@ -87,25 +87,30 @@ func (a *Arena) usesOf(table int) *uses {
 }
 
 // add counts one use of kind k. It writes no shared cache line: the shard
-// of the P it runs on, and every 64th time the handle's own line. Small
-// enough to be inlined into the read path.
+// of the P it runs on, and every 64th time the handle's own line.
 func (u *uses) add(k int) {
 	p := percpu.Pin()
 	if p < u.nshards {
 		// Only this P writes its shard, and the goroutine is pinned.
-		if mem.Inc64(u.shards, p*useShardBytes+8*k)%useFlushEvery == 0 {
-			u.flushPinned(p)
-		}
+		c := mem.Inc64(u.shards, p*useShardBytes+8*k)
 		percpu.Unpin()
+		if c%useFlushEvery == 0 {
+			u.flushShardOf(p)
+		}
 		return
 	}
 	percpu.Unpin()
 	u.addUnsharded(k)
 }
 
-// flushPinned adds shard p's counts to the file, unless a flush runs
-// already; the caller is pinned to p.
-func (u *uses) flushPinned(p int) {
+// flushShardOf adds shard p's counts to the file, unless a flush runs
+// already. The caller must not be pinned: the flush writes the mapping,
+// and a fault there (a file truncated under it) must reach the caller's
+// fault guard as a panic, which the runtime refuses a pinned goroutine
+// ("unexpected signal during runtime execution" ends the process). The
+// shard is read as flush reads every shard: atomically, under mu, while
+// its P may go on counting.
+func (u *uses) flushShardOf(p int) {
 	if u.mu.TryLock() {
 		u.flushShard(p)
 		u.mu.Unlock()

@@ -3,7 +3,10 @@ package shmarena
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -120,4 +123,59 @@ func TestMemfdSealedAgainstResize(t *testing.T) {
 	m, err := a.Map("m", WithSlots(64))
 	require.NoError(t, err)
 	require.NoError(t, m.Store("k", []byte("v")))
+}
+
+func init() {
+	// truncated-uses opens the arena at SHMARENA_PATH, cuts its file just
+	// below map m's use table (the slots stay in the file), and loads a
+	// key whose slot is still there 4 x useFlushEvery times: every 64th
+	// hit adds the handle's counts to the use table, past the new end.
+	childRoles["truncated-uses"] = func() error {
+		a, err := Open(os.Getenv("SHMARENA_PATH"))
+		if err != nil {
+			return err
+		}
+		m, err := a.Map("m", WithSlots(4096), WithSlotSize(64), WithStripes(1))
+		if err != nil {
+			return err
+		}
+		cut := m.useTable &^ 4095
+		key := ""
+		for i := 0; key == ""; i++ {
+			if k := "k" + strconv.Itoa(i); m.slotOff(m.home(m.hashKey(k)))+m.slotSize <= cut {
+				key = k
+			}
+		}
+		if err := m.Store(key, []byte("v")); err != nil {
+			return err
+		}
+		if err := os.Truncate(os.Getenv("SHMARENA_PATH"), int64(cut)); err != nil {
+			return err
+		}
+		for range 4 * useFlushEvery {
+			m.Load(key)
+		}
+		if _, err := a.Check(); !errors.Is(err, ErrTruncated) {
+			return fmt.Errorf("Check after the loads: %v, want ErrTruncated", err)
+		}
+		return nil
+	}
+}
+
+// A file cut below a map's use table, with the map's slots still in it:
+// a Load finds its key, and the handle's use counts, added to the table
+// every useFlushEvery hits, fault. The fault must end as ErrTruncated
+// (a miss), as a fault anywhere else in the mapping does. It once came
+// while the goroutine was pinned to its P (the flush ran inside
+// percpu.Pin), where the runtime cannot turn a fault into a panic, and
+// the process died with "fatal error: unexpected signal during runtime
+// execution".
+func TestTruncatedUseTableIsAnErrorNotAFatalFault(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	a, path := tempArena(t, 4<<20)
+	_, err := a.Map("m", WithSlots(4096), WithSlotSize(64), WithStripes(1))
+	require.NoError(t, err)
+	require.NoError(t, child(t, "truncated-uses", "SHMARENA_PATH="+path).Run(), "the child died loading from a truncated arena")
 }
