@@ -64,8 +64,10 @@ func (a *Arena) inflightTotal() int64 {
 //
 // Close returns ErrClosed when called again. It returns an error when the
 // file cannot be closed, or when the mapping cannot be replaced (the file
-// then stays mapped until the range is unmapped as above); the arena is
-// closed either way.
+// then stays mapped until the range is unmapped as above), and one
+// wrapping ErrTruncated when the file was cut under the mapping (this
+// handle's use counts could not be added to it); the arena is closed
+// either way.
 func (a *Arena) Close() (err error) {
 	defer catchFault(a, guard(), &err)
 	a.mu.Lock()
@@ -73,17 +75,30 @@ func (a *Arena) Close() (err error) {
 	if !a.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	a.flushUses()   // the mapping is still the file's
-	a.own.Abandon() // writes waiting for a lock give up (ErrClosed)
-	if !a.readOnly {
-		wakeAllOnClose(a.mem) // a read-only handle never sleeps on a futex word
-	}
+	ferr := a.leaveMapping()
 	if !a.awaitInflight() {
 		go a.finishWhenDrained()
 		return nil
 	}
 	if err := a.finishClose(); err != nil {
 		return fmt.Errorf("shmarena: close %s: %w", describePath(a.path), err)
+	}
+	return ferr
+}
+
+// leaveMapping is what Close does in the file before it waits for writes
+// in flight: it adds this handle's use counts to the file, makes writes
+// waiting for a lock give up (ErrClosed) and wakes sleepers on futex
+// words. It runs under a fault guard of its own: a file cut under the
+// mapping makes it return an error wrapping ErrTruncated, and Close goes
+// on to replace the mapping, close the file and leave the process table,
+// which it would otherwise skip for the life of the process.
+func (a *Arena) leaveMapping() (err error) {
+	defer catchFault(a, guard(), &err)
+	a.own.Abandon()
+	a.flushUses() // the mapping is still the file's
+	if !a.readOnly {
+		wakeAllOnClose(a.mem) // a read-only handle never sleeps on a futex word
 	}
 	return nil
 }

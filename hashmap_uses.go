@@ -141,10 +141,10 @@ func (u *uses) flush() {
 		return
 	}
 	u.mu.Lock()
+	defer u.mu.Unlock() // also when the file faults (a truncated arena)
 	for p := range u.nshards {
 		u.flushShard(p)
 	}
-	u.mu.Unlock()
 }
 
 // flushShard adds shard p's unflushed counts to the line; the caller

@@ -179,3 +179,28 @@ func TestTruncatedUseTableIsAnErrorNotAFatalFault(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, child(t, "truncated-uses", "SHMARENA_PATH="+path).Run(), "the child died loading from a truncated arena")
 }
+
+// Close of a handle whose file was cut under it still closes it: the use
+// counts it flushes to the file fault, and the rest of Close (the mapping
+// replaced, the file closed, the process table left) must run all the
+// same, or the descriptor and the mapping stay for the life of the
+// process.
+func TestCloseOfATruncatedArenaStillCloses(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("m", WithSlots(4096), WithSlotSize(64))
+	require.NoError(t, err)
+	require.NoError(t, m.Store("k", []byte("v")))
+	_, ok := m.Load("k") // a hit counted in this process, not yet in the file
+	require.True(t, ok)
+	require.NoError(t, os.Truncate(path, 4096))
+	err = a.Close()
+	if err != nil {
+		require.ErrorIs(t, err, ErrTruncated)
+	}
+	require.NotNil(t, a.retired, "the mapping was not replaced")
+	require.ErrorIs(t, a.f.Close(), os.ErrClosed, "the file was left open")
+	require.ErrorIs(t, a.Close(), ErrClosed)
+}
