@@ -404,12 +404,13 @@ func TestErrorsAreDistinct(t *testing.T) {
 // is not left held in the file by a live process.
 func TestCloseWaitsForHeldLocks(t *testing.T) {
 	a, path := tempArena(t, 4<<20)
-	m, err := a.Map("m", WithStripes(4))
+	m, err := a.Map("m", fourSegments...)
 	require.NoError(t, err)
+	require.EqualValues(t, 4, m.stripes)
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
-	mb, err := b.Map("m", WithStripes(4))
+	mb, err := b.Map("m", fourSegments...)
 	require.NoError(t, err)
 	m.lock(2)
 	released := make(chan struct{})
@@ -465,15 +466,21 @@ func TestRacingCreate(t *testing.T) {
 	}
 }
 
+// fourSegments are the options of a map of four segments, so that a test
+// can hold a lock other than the first (a map has one segment per 4,096
+// slots at most, whatever WithStripes asks).
+var fourSegments = []RegionOption{WithSlots(4 * minSegmentSlots), WithSlotSize(64), WithStripes(4)}
+
 // A write still holding its lock well into Close finishes in the file.
 func TestCloseLetsSlowWriteFinish(t *testing.T) {
 	a, path := tempArena(t, 4<<20)
-	m, err := a.Map("m", WithStripes(4))
+	m, err := a.Map("m", fourSegments...)
 	require.NoError(t, err)
+	require.EqualValues(t, 4, m.stripes)
 	b, err := Open(path)
 	require.NoError(t, err)
 	defer b.Close()
-	mb, err := b.Map("m", WithStripes(4))
+	mb, err := b.Map("m", fourSegments...)
 	require.NoError(t, err)
 	m.lock(1)
 	done := make(chan struct{})

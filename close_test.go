@@ -305,13 +305,13 @@ func TestCloseAfterSlowWriteLetsGo(t *testing.T) {
 func closeUnderSlowWrite(t *testing.T, path string) func() *mapping.Retired {
 	a, err := Open(path, WithSize(1<<20))
 	require.NoError(t, err)
-	m, err := a.Map("m", WithStripes(4))
+	m, err := a.Map("m")
 	require.NoError(t, err)
-	require.True(t, m.lock(1))
+	require.True(t, m.lock(0))
 	done := make(chan struct{})
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		m.unlock(1)
+		m.unlock(0)
 		close(done)
 	}()
 	require.NoError(t, a.Close())
