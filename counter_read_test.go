@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,21 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// keyNearHome returns a key of length n whose home window fits (so readNear decides).
-func keyNearHome(m *Map, prefix string, n int) string {
-	for i := 0; ; i++ {
-		k := fmt.Sprintf("%s%d", prefix, i)
-		k += strings.Repeat("x", n-len(k))
-		if m.home(m.hashKey(k))+8 <= m.slots {
-			return k
-		}
-	}
-}
-
 func TestMapCounterFillsSlot(t *testing.T) {
 	for _, ss := range []int{64, 72, 256} {
 		m := testMap(t, WithSlots(1024), WithSlotSize(ss))
-		k := keyNearHome(m, "c", m.MaxPair()-8)
+		k := nearKey(t, m, "c", m.MaxPair()-8)
 		n, err := m.Add(k, 41, WithTTL(time.Hour))
 		require.NoError(t, err)
 		require.EqualValues(t, 41, n)
@@ -55,7 +43,7 @@ func TestMapCounterFillsSlot(t *testing.T) {
 		_, err = m.Add(k+"x", 1)
 		require.ErrorIs(t, err, ErrTooLarge)
 		// a plain value of the same bytes is not a counter
-		p := keyNearHome(m, "p", m.MaxPair()-8)
+		p := nearKey(t, m, "p", m.MaxPair()-8)
 		require.NoError(t, m.Store(p, make([]byte, 8)))
 		_, ok = m.Counter(p)
 		require.False(t, ok)
@@ -70,7 +58,7 @@ func TestMapCounterReadsUnderAdd(t *testing.T) {
 			m := testMap(t, WithSlots(256), WithSlotSize(ss))
 			var keys []string
 			for i := 0; i < 4; i++ {
-				keys = append(keys, keyNearHome(m, fmt.Sprintf("k%d-", i), m.MaxPair()-8))
+				keys = append(keys, nearKey(t, m, fmt.Sprintf("k%d-", i), m.MaxPair()-8))
 			}
 			for _, k := range keys {
 				var opts []WriteOption
@@ -179,7 +167,7 @@ func TestMapCounterReadsUnderAdd(t *testing.T) {
 
 func TestMapCounterTTLLapses(t *testing.T) {
 	m := testMap(t, WithSlots(1024), WithSlotSize(64))
-	k := keyNearHome(m, "t", 24)
+	k := nearKey(t, m, "t", 24)
 	_, err := m.Add(k, 5, WithTTL(time.Hour))
 	require.NoError(t, err)
 	n, err := m.Add(k, 5) // keeps its deadline
@@ -208,12 +196,12 @@ func TestMapCounterTTLLapses(t *testing.T) {
 
 func TestMapCorruptCounterMeta(t *testing.T) {
 	m := testMap(t, WithSlots(1024), WithSlotSize(64))
-	k := keyNearHome(m, "c", 24)
+	k := nearKey(t, m, "c", 24)
 	_, err := m.Add(k, 7)
 	require.NoError(t, err)
 	v, _, ok := m.readKey(k, m.hashKey(k), nil, false)
 	require.True(t, ok)
-	long := keyNearHome(m, "L", 30) // plain: 30 + 2 fills the slot
+	long := nearKey(t, m, "L", 30) // plain: 30 + 2 fills the slot
 	require.NoError(t, m.Store(long, []byte("ab")))
 	lv, _, ok := m.readKey(long, m.hashKey(long), nil, false)
 	require.True(t, ok)
@@ -271,7 +259,7 @@ func TestMapCorruptCounterMeta(t *testing.T) {
 func TestMapCounterReplacedWhileRead(t *testing.T) {
 	for _, ss := range []int{64, 72} {
 		m := testMap(t, WithSlots(256), WithSlotSize(ss))
-		k := keyNearHome(m, "r", m.MaxPair()-8)
+		k := nearKey(t, m, "r", m.MaxPair()-8)
 		plain := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}
 		var stop atomic.Bool
 		var wg sync.WaitGroup
