@@ -112,8 +112,11 @@ func (u *uses) add(k int) {
 // its P may go on counting.
 func (u *uses) flushShardOf(p int) {
 	if u.mu.TryLock() {
+		// Unlocked also when the flush faults: the fault unwinds to the
+		// caller's guard, and Stats and Close, which take mu, would wait
+		// for ever.
+		defer u.mu.Unlock()
 		u.flushShard(p)
-		u.mu.Unlock()
 	}
 }
 

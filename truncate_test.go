@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -203,4 +204,49 @@ func TestCloseOfATruncatedArenaStillCloses(t *testing.T) {
 	require.NotNil(t, a.retired, "the mapping was not replaced")
 	require.ErrorIs(t, a.f.Close(), os.ErrClosed, "the file was left open")
 	require.ErrorIs(t, a.Close(), ErrClosed)
+}
+
+// A fault in the use counts' flush that a Load makes every useFlushEvery
+// hits (the file cut below the map's use table, its slots still in it)
+// must not leave the counts' mutex held: Stats and Close take it to flush
+// every shard, and would wait for ever.
+func TestTruncatedUseFlushLeavesNoLockHeld(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	path := filepath.Join(t.TempDir(), "arena")
+	a, err := Open(path, WithSize(4<<20)) // no Close in a cleanup: one that hangs would hang the test binary
+	require.NoError(t, err)
+	m, err := a.Map("m", WithSlots(4096), WithSlotSize(64), WithStripes(1))
+	require.NoError(t, err)
+	cut := m.useTable &^ 4095
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := "k" + strconv.Itoa(i); m.slotOff(m.home(m.hashKey(k)))+m.slotSize <= cut {
+			key = k
+		}
+	}
+	require.NoError(t, m.Store(key, []byte("v")))
+	require.NoError(t, os.Truncate(path, int64(cut)))
+	// Some P's shard reaches useFlushEvery within this many loads, and
+	// its flush faults.
+	for range (useFlushEvery-1)*m.uses.nshards + 1 {
+		m.Load(key)
+	}
+	require.NotNil(t, a.faulted.Load(), "no flush faulted")
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Stats()
+		err := a.Close()
+		if err != nil {
+			assert.ErrorIs(t, err, ErrTruncated)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stats or Close hangs on the use counts' mutex a faulted flush left held")
+	}
 }
