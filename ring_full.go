@@ -323,6 +323,10 @@ func (r *Ring) waitRoom(ctx context.Context, k uint64) error {
 	b := r.b
 	f := r.off + rl.OffRoom
 	stop := context.AfterFunc(ctx, func() {
+		// A goroutine of its own: no caller's fault guard covers it, and
+		// the word may be past the end of a file cut under the mapping
+		// (the sleeper then wakes at the backstop, and faults guarded).
+		defer catchFault(r.a, guard(), nil)
 		if !r.closed() {
 			mem.Add32(b, f, 2)
 			futex.Wake(mem.Ptr32(b, f), math.MaxInt32)

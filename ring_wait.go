@@ -165,6 +165,10 @@ func (r *Ring) wait(ctx context.Context, avail func(spin bool) bool) error {
 	b := r.b
 	f, sl := r.off+rl.OffFutex, r.off+rl.OffSleepers
 	stop := context.AfterFunc(ctx, func() {
+		// A goroutine of its own: no caller's fault guard covers it, and
+		// the word may be past the end of a file cut under the mapping
+		// (the sleeper then wakes at the backstop, and faults guarded).
+		defer catchFault(r.a, guard(), nil)
 		if !r.closed() {
 			mem.Add32(b, f, 2) // bump the sequence, keep the flag
 			futex.Wake(mem.Ptr32(b, f), math.MaxInt32)

@@ -250,3 +250,84 @@ func TestTruncatedUseFlushLeavesNoLockHeld(t *testing.T) {
 		t.Fatal("Stats or Close hangs on the use counts' mutex a faulted flush left held")
 	}
 }
+
+func init() {
+	// truncated-wait opens the arena at SHMARENA_PATH, puts a waiter to
+	// sleep on ring r's futex word (SHMARENA_WAIT: "cursor", a Cursor.Wait
+	// for a record, or "room", a PublishWait for room behind an acking
+	// group), cuts the file below the ring and cancels the waiter's
+	// context. The waiter must return ErrTruncated (or the context's
+	// error), and the process live.
+	childRoles["truncated-wait"] = func() error {
+		path := os.Getenv("SHMARENA_PATH")
+		a, err := Open(path)
+		if err != nil {
+			return err
+		}
+		r, err := a.Ring("r", WithSlots(8), WithSlotSize(64))
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		asleep := func() bool { return r.sleepers() > 0 }
+		switch os.Getenv("SHMARENA_WAIT") {
+		case "cursor":
+			c := r.Cursor()
+			go func() { done <- c.Wait(ctx) }()
+		case "room":
+			if _, err := r.Group("g", WithAck(time.Hour)); err != nil {
+				return err
+			}
+			for range 8 {
+				if _, err := r.Publish("t", nil); err != nil {
+					return err
+				}
+			}
+			go func() { _, err := r.PublishWait(ctx, "t", nil); done <- err }()
+			asleep = r.roomArmed
+		default:
+			return fmt.Errorf("SHMARENA_WAIT %q", os.Getenv("SHMARENA_WAIT"))
+		}
+		for !asleep() {
+			time.Sleep(time.Millisecond) // polling for a state
+		}
+		time.Sleep(time.Millisecond) // into the futex wait, whose backstop is 100 ms away
+		if err := os.Truncate(path, 4096); err != nil {
+			return err
+		}
+		cancel() // the wake on cancel writes the futex word, past the file's end now
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrTruncated) && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("the wait returned %v, want ErrTruncated", err)
+			}
+		case <-time.After(10 * time.Second):
+			return errors.New("the wait still waits")
+		}
+		time.Sleep(10 * time.Millisecond) // a wake still running in its own goroutine
+		return nil
+	}
+}
+
+// A wait on a ring's futex word (Cursor.Wait, Group.Wait, PublishWait)
+// arranges a wake on its context's end (context.AfterFunc), which writes
+// the word from a goroutine of its own: no caller's fault guard covers
+// it. A context ended after the file was cut under the mapping must not
+// kill the process.
+func TestTruncatedWaitCancelIsNotAFatalFault(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	for _, wait := range []string{"cursor", "room"} {
+		t.Run(wait, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "arena")
+			a, err := Open(path, WithSize(1<<20))
+			require.NoError(t, err)
+			require.NoError(t, a.Close())
+			require.NoError(t, child(t, "truncated-wait", "SHMARENA_PATH="+path, "SHMARENA_WAIT="+wait).Run(),
+				"the child died when its wait's context ended")
+		})
+	}
+}
