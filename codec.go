@@ -71,7 +71,10 @@ type TypedMap[V any] struct {
 // typed map's record is missing or damaged, ErrReadOnly when a read-only handle would have to create it or
 // record a changed V, ErrClosed after Close. Safe for concurrent use;
 // carving is serialised across processes.
-func OpenTypedMap[V any](a *Arena, name string, opts ...RegionOption) (*TypedMap[V], error) {
+func OpenTypedMap[V any](a *Arena, name string, opts ...RegionOption) (_ *TypedMap[V], err error) {
+	// It reads the directory and the value type's record itself, not
+	// through Arena.Map: the guard is its own.
+	defer catchFault(a, guard(), &err)
 	cfg, err := mapShape(true, opts)
 	if err != nil {
 		return nil, fmt.Errorf("shmarena: map %s: %w", quote(name), err)

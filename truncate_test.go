@@ -331,3 +331,39 @@ func TestTruncatedWaitCancelIsNotAFatalFault(t *testing.T) {
 		})
 	}
 }
+
+func init() {
+	// truncated-typed opens the arena at SHMARENA_PATH, opens typed map t,
+	// cuts the file to nothing and opens t again.
+	childRoles["truncated-typed"] = func() error {
+		path := os.Getenv("SHMARENA_PATH")
+		a, err := Open(path)
+		if err != nil {
+			return err
+		}
+		if _, err := OpenTypedMap[int](a, "t"); err != nil {
+			return err
+		}
+		if err := os.Truncate(path, 0); err != nil {
+			return err
+		}
+		if _, err := OpenTypedMap[int](a, "t"); !errors.Is(err, ErrTruncated) {
+			return fmt.Errorf("OpenTypedMap of a truncated arena: %v, want ErrTruncated", err)
+		}
+		return nil
+	}
+}
+
+// OpenTypedMap reads the arena's directory and its value type's record,
+// as Arena.Map does, and must meet a file cut under the mapping with
+// ErrTruncated, not SIGBUS.
+func TestTruncatedOpenTypedMapIsAnErrorNotSIGBUS(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	path := filepath.Join(t.TempDir(), "arena")
+	a, err := Open(path, WithSize(1<<20))
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	require.NoError(t, child(t, "truncated-typed", "SHMARENA_PATH="+path).Run(), "the child died opening a typed map")
+}
