@@ -33,7 +33,9 @@ func guard() bool { return debug.SetPanicOnFault(true) }
 
 // catchFault ends what guard began: it restores the goroutine's setting
 // and, when the call is unwinding from a fault on a's mapping, stops the
-// panic and stores the fault's error in *err (when err is not nil).
+// panic and stores the fault's error in *err (when err is not nil). An
+// ErrClosed from a write of a handle that an earlier fault abandoned
+// becomes that fault's error (see closedErr).
 func catchFault(a *Arena, was bool, err *error) {
 	debug.SetPanicOnFault(was)
 	if r := recover(); r != nil {
@@ -41,6 +43,8 @@ func catchFault(a *Arena, was bool, err *error) {
 		if err != nil {
 			*err = ferr
 		}
+	} else if err != nil && *err == ErrClosed && a != nil {
+		*err = a.closedErr()
 	}
 }
 
@@ -57,7 +61,26 @@ func (a *Arena) faultError(r any) error {
 		err = fmt.Errorf("shmarena: %s: memory fault reading the mapping, file size unknown: %w", describePath(a.path), ErrTruncated)
 	}
 	a.faulted.CompareAndSwap(nil, &err)
+	// A write that faulted holding a lock in the file has left it held
+	// (the hottest writes release without a defer), and this handle is
+	// alive: its own later writes would wait for that lock for ever, as a
+	// Close would. Abandoned, they give up (with this error, see
+	// closedErr) after a short spin on a lock another holds, and the
+	// lock goes to other processes when this handle closes.
+	if a.own != nil {
+		a.own.Abandon()
+	}
 	return err
+}
+
+// closedErr is what a method returns for a write that gave up waiting for
+// a lock because the handle was abandoned: ErrClosed after Close, else the
+// error of the fault that abandoned it (see faultError).
+func (a *Arena) closedErr() error {
+	if f := a.faulted.Load(); f != nil && !a.closed.Load() {
+		return *f
+	}
+	return ErrClosed
 }
 
 // truncation returns an error wrapping ErrTruncated when the file is now

@@ -199,13 +199,14 @@ func (m *Map) computeOff(i int) int { return m.computeTable + i*computeEntrySize
 // stores its value, and frees the entry, also when fn panics.
 func (m *Map) compute(ctx context.Context, key string, h, s uint64, e int, fn func(context.Context) ([]byte, error), c writeConfig) (value []byte, loaded bool, err error) {
 	o := m.computeOff(e)
-	freed := false
+	freed, locked := false, false
 	defer func() {
-		if !freed { // fn panicked: let a waiter compute
-			if m.lock(s) {
-				m.freeCompute(o)
-				m.unlock(s)
-			}
+		// fn panicked, or the store faulted holding the stripe (a file
+		// cut under the mapping): let a waiter compute. A stripe still
+		// held is this call's; taking it again would wait for ever.
+		if !freed && (locked || m.lock(s)) {
+			m.freeCompute(o)
+			m.unlock(s)
 		}
 	}()
 	crashPoint("compute")
@@ -224,8 +225,10 @@ func (m *Map) compute(ctx context.Context, key string, h, s uint64, e int, fn fu
 			freed = true
 			return value, false, ErrClosed
 		}
+		locked = true
 		err = m.storeLocked(s, key, h, value, c, nil)
 		m.freeCompute(o)
+		locked = false
 		m.unlockErr(s, &err)
 	} else if m.lock(s) {
 		m.freeCompute(o)

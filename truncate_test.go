@@ -367,3 +367,84 @@ func TestTruncatedOpenTypedMapIsAnErrorNotSIGBUS(t *testing.T) {
 	require.NoError(t, a.Close())
 	require.NoError(t, child(t, "truncated-typed", "SHMARENA_PATH="+path).Run(), "the child died opening a typed map")
 }
+
+// A write that faults holding a lock in the file (the file cut below the
+// slot it writes, above the lock word) leaves the lock held by this live
+// handle. The handle's next write of that lock, to a part of the region
+// still in the file, must not wait for it for ever: the fault abandoned
+// the handle, and the write gives up with ErrTruncated. (Other processes
+// wait until the handle is closed; see docs/lifecycle.md.)
+func TestTruncatedWriteDoesNotWedgeItsHandle(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	const wait = 10 * time.Second
+	returns := func(t *testing.T, what string, f func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- f() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				require.ErrorIs(t, err, ErrTruncated, what)
+			}
+		case <-time.After(wait):
+			t.Fatalf("%s still waits for the lock a faulted write left held after %v", what, wait)
+		}
+	}
+	t.Run("map", func(t *testing.T) {
+		a, path := tempArena(t, 4<<20) // its Close ends a waiter (ErrClosed)
+		m, err := a.Map("m", WithSlots(4096), WithSlotSize(64), WithStripes(1))
+		require.NoError(t, err)
+		cut := m.slotOff(m.slots/2) &^ 4095
+		far, near := "", ""
+		for i := 0; far == "" || near == ""; i++ {
+			k := "k" + strconv.Itoa(i)
+			switch home := m.home(m.hashKey(k)); {
+			case far == "" && m.slotOff(home) >= cut:
+				far = k
+			case near == "" && m.slotOff(home+8) <= cut:
+				near = k
+			}
+		}
+		require.NoError(t, os.Truncate(path, int64(cut)))
+		require.ErrorIs(t, m.Store(far, []byte("v")), ErrTruncated)
+		returns(t, "a Store of a key whose slot is in the file", func() error { return m.Store(near, []byte("v")) })
+	})
+	// The file is cut while LoadOrCompute's function runs: the store of
+	// its value faults holding the stripe, and the deferred hand-over of
+	// the computation (for a function that panicked) takes the stripe
+	// again, held by this live handle: the call itself never returns.
+	t.Run("compute", func(t *testing.T) {
+		a, path := tempArena(t, 4<<20)
+		m, err := a.Map("m", WithSlots(4096), WithSlotSize(64), WithStripes(1))
+		require.NoError(t, err)
+		cut := m.slotOff(m.slots/2) &^ 4095
+		far := ""
+		for i := 0; far == ""; i++ {
+			if k := "k" + strconv.Itoa(i); m.slotOff(m.home(m.hashKey(k))) >= cut {
+				far = k
+			}
+		}
+		returns(t, "LoadOrCompute whose store faults", func() error {
+			_, _, err := m.LoadOrCompute(context.Background(), far, func(context.Context) ([]byte, error) {
+				return []byte("v"), os.Truncate(path, int64(cut))
+			})
+			return err
+		})
+	})
+	t.Run("ring", func(t *testing.T) {
+		a, path := tempArena(t, 4<<20)
+		r, err := a.Ring("r", WithSlots(64), WithSlotSize(1024))
+		require.NoError(t, err)
+		require.NoError(t, os.Truncate(path, int64(r.slotOff(32)&^4095)))
+		for {
+			_, err := r.Publish("t", []byte("p"))
+			if err != nil {
+				require.ErrorIs(t, err, ErrTruncated)
+				break
+			}
+		}
+		returns(t, "the next Publish", func() error { _, err := r.Publish("t", []byte("p")); return err })
+	})
+}
