@@ -326,7 +326,7 @@ func (m *Map) update(key string, c writeConfig, fn func(old []byte, ok bool) ([]
 	bp := getBuf()
 	defer putBuf(bp)
 	if !m.lock(s) {
-		return ErrClosed
+		return m.a.closedErr()
 	}
 	defer m.unlockErr(s, &err)
 	v, found := m.find(key, h)

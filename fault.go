@@ -33,9 +33,7 @@ func guard() bool { return debug.SetPanicOnFault(true) }
 
 // catchFault ends what guard began: it restores the goroutine's setting
 // and, when the call is unwinding from a fault on a's mapping, stops the
-// panic and stores the fault's error in *err (when err is not nil). An
-// ErrClosed from a write of a handle that an earlier fault abandoned
-// becomes that fault's error (see closedErr).
+// panic and stores the fault's error in *err (when err is not nil).
 func catchFault(a *Arena, was bool, err *error) {
 	debug.SetPanicOnFault(was)
 	if r := recover(); r != nil {
@@ -43,8 +41,6 @@ func catchFault(a *Arena, was bool, err *error) {
 		if err != nil {
 			*err = ferr
 		}
-	} else if err != nil && *err == ErrClosed && a != nil {
-		*err = a.closedErr()
 	}
 }
 
@@ -64,7 +60,7 @@ func (a *Arena) faultError(r any) error {
 	// A write that faulted holding a lock in the file has left it held
 	// (the hottest writes release without a defer), and this handle is
 	// alive: its own later writes would wait for that lock for ever, as a
-	// Close would. Abandoned, they give up (with this error, see
+	// Close would. Abandoned, they give up (with this error: see
 	// closedErr) after a short spin on a lock another holds, and the
 	// lock goes to other processes when this handle closes.
 	if a.own != nil {
@@ -73,9 +69,10 @@ func (a *Arena) faultError(r any) error {
 	return err
 }
 
-// closedErr is what a method returns for a write that gave up waiting for
-// a lock because the handle was abandoned: ErrClosed after Close, else the
-// error of the fault that abandoned it (see faultError).
+// closedErr is what a write returns when it gave up waiting for a lock
+// because the handle was abandoned: ErrClosed after Close, else the error
+// of the fault that abandoned it (see faultError). Returned at the lock's
+// failure, never tested on a call's way out, which every call pays.
 func (a *Arena) closedErr() error {
 	if f := a.faulted.Load(); f != nil && !a.closed.Load() {
 		return *f

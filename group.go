@@ -187,7 +187,7 @@ func (r *Ring) Group(name string, opts ...ReaderOption) (_ *Group, err error) {
 	defer r.a.exit(0)
 	lock := r.off + rl.OffGroupLock
 	if _, ok := rlock.Acquire(b, lock, r.a.own); !ok {
-		return nil, ErrClosed // Close began while this waited
+		return nil, r.a.closedErr() // Close began, or a fault abandoned the handle, while this waited
 	}
 	r.dropHalfMade() // left by a creator that died, or dropped under a member
 	goff, err := r.findOrCreateGroup(name, cfg)
@@ -254,7 +254,7 @@ func (r *Ring) findOrCreateGroup(name string, cfg readerConfig) (int, error) {
 		// the head read below and the group's protection taking effect.
 		recovered, ok := rlock.Acquire(b, r.off+rl.OffLock, r.a.own)
 		if !ok {
-			return 0, ErrClosed
+			return 0, r.a.closedErr()
 		}
 		if recovered {
 			r.repair()

@@ -48,7 +48,7 @@ func (r *Ring) DropGroup(name string) (err error) {
 	defer r.a.exit(0)
 	lock := r.off + rl.OffGroupLock
 	if _, ok := rlock.Acquire(b, lock, r.a.own); !ok {
-		return ErrClosed // Close began while this waited
+		return r.a.closedErr() // Close began, or a fault abandoned the handle, while this waited
 	}
 	r.dropHalfMade()
 	g := -1

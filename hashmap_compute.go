@@ -92,7 +92,7 @@ func (m *Map) LoadOrCompute(ctx context.Context, key string, fn func(ctx context
 			return nil, false, err
 		}
 		if !m.lock(s) {
-			return nil, false, ErrClosed
+			return nil, false, m.a.closedErr()
 		}
 		if v, found := m.find(key, h); found && !lapsed(v.deadline) {
 			m.pin(s, v)
@@ -223,7 +223,7 @@ func (m *Map) compute(ctx context.Context, key string, h, s uint64, e int, fn fu
 	if err = m.check(key, len(value)); err == nil {
 		if !m.lock(s) {
 			freed = true
-			return value, false, ErrClosed
+			return value, false, m.a.closedErr()
 		}
 		locked = true
 		err = m.storeLocked(s, key, h, value, c, nil)

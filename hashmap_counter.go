@@ -62,7 +62,7 @@ func (m *Map) add(key string, delta int64, opts []WriteOption) (int64, error) {
 func (m *Map) addLocked(key string, h uint64, delta int64, c writeConfig) (n int64, err error) {
 	s := m.stripeOf(h)
 	if !m.lock(s) {
-		return 0, ErrClosed
+		return 0, m.a.closedErr()
 	}
 	defer m.unlockErr(s, &err)
 	v, free, found := m.locate(key, h, s)

@@ -9,7 +9,8 @@ import (
 
 // This file: locking and recovery.
 
-// lock takes stripe s for a write, or returns false after Close. It
+// lock takes stripe s for a write, or returns false after Close (or once
+// a fault abandoned the handle, while it waited: see closedErr). It
 // counts the write in flight first (see Arena.enter), so Close never
 // retires the mapping under a lock held in the file.
 func (m *Map) lock(s uint64) bool {
@@ -18,7 +19,7 @@ func (m *Map) lock(s uint64) bool {
 	}
 	for {
 		recovered, ok := rlock.Acquire(m.mem, m.lockOff(s), m.a.own)
-		if !ok { // Close began while this write waited
+		if !ok { // Close began, or a fault abandoned the handle, while this write waited
 			m.a.exit(s)
 			return false
 		}

@@ -33,7 +33,7 @@ func (m *Map) Store(key string, value []byte, opts ...WriteOption) (err error) {
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
-		return ErrClosed
+		return m.a.closedErr()
 	}
 	// No defer: nothing under the lock calls out of the package, and
 	// Store is the hottest write.
@@ -187,7 +187,7 @@ func (m *Map) LoadOrStore(key string, value []byte, opts ...WriteOption) (actual
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
-		return nil, false, ErrClosed
+		return nil, false, m.a.closedErr()
 	}
 	defer m.unlockErr(s, &err)
 	v, found := m.find(key, h)
@@ -217,7 +217,7 @@ func (m *Map) Swap(key string, value []byte, opts ...WriteOption) (previous []by
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
-		return nil, false, ErrClosed
+		return nil, false, m.a.closedErr()
 	}
 	defer m.unlockErr(s, &err)
 	if err := m.storeLocked(s, key, h, value, c, &previous); err != nil {
@@ -245,7 +245,7 @@ func (m *Map) CompareAndSwap(key string, old, new []byte) (swapped bool, err err
 	h := m.hashKey(key)
 	s := m.stripeOf(h)
 	if !m.lock(s) {
-		return false, ErrClosed
+		return false, m.a.closedErr()
 	}
 	defer m.unlockErr(s, &err)
 	v, found := m.find(key, h)

@@ -467,7 +467,7 @@ func (r *Ring) publishEntered(topic string, payload []byte) (uint64, error) {
 	lock := r.off + rl.OffLock
 	recovered, ok := rlock.Acquire(b, lock, r.a.own)
 	if !ok {
-		return 0, ErrClosed // Close began while this waited
+		return 0, r.a.closedErr() // Close began, or a fault abandoned the handle, while this waited
 	}
 	if recovered {
 		r.repair()

@@ -148,7 +148,7 @@ func (r *Ring) publishBatchEntered(topic string, payloads [][]byte) (uint64, err
 	lock := r.off + rl.OffLock
 	recovered, ok := rlock.Acquire(b, lock, r.a.own)
 	if !ok {
-		return 0, ErrClosed
+		return 0, r.a.closedErr()
 	}
 	if recovered {
 		r.repair()
