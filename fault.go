@@ -74,6 +74,9 @@ func (a *Arena) faultError(r any) error {
 // of the fault that abandoned it (see faultError). Returned at the lock's
 // failure, never tested on a call's way out, which every call pays.
 func (a *Arena) closedErr() error {
+	if a == nil {
+		return ErrClosed
+	}
 	if f := a.faulted.Load(); f != nil && !a.closed.Load() {
 		return *f
 	}

@@ -127,8 +127,8 @@ func (g *Group) settleable(op settleOp) error {
 
 // errUnlockable is the error of a settle whose lockAck failed.
 func (g *Group) errUnlockable() error {
-	if g.r.closed() {
-		return ErrClosed
+	if g.r.closed() || g.r.a.faulted.Load() != nil {
+		return g.r.a.closedErr()
 	}
 	return fmt.Errorf("shmarena: ring %s: group %s: %w: the group was dropped", quote(g.r.name), quote(g.name), ErrLeaseLost)
 }

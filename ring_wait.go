@@ -137,6 +137,12 @@ func (r *Ring) wait(ctx context.Context, avail func(spin bool) bool) error {
 	if r.closed() {
 		return ErrClosed
 	}
+	if f := r.a.faulted.Load(); f != nil {
+		// A handle a fault abandoned may hold a lock a claim needs (see
+		// faultError): a record that stays available would make every
+		// wait return at once, and a consumer's loop spin.
+		return *f
+	}
 	if avail(true) {
 		return nil
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/mem"
+	rl "github.com/shmarena/shmarena/internal/ringlayout"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -447,4 +449,38 @@ func TestTruncatedWriteDoesNotWedgeItsHandle(t *testing.T) {
 		}
 		returns(t, "the next Publish", func() error { _, err := r.Publish("t", []byte("p")); return err })
 	})
+}
+
+// A consumer of a handle that a fault abandoned stops: the handle's
+// waits return the fault's error, also while records wait, which its
+// claims may not get (a group lock left held by a write the fault cut
+// short), so Records, or a loop of Claim then Wait, ends rather than
+// spinning until its context does.
+func TestFaultedHandleEndsConsumers(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	a, path := tempArena(t, 4<<20)
+	r, err := a.Ring("r", WithSlots(64), WithSlotSize(256))
+	require.NoError(t, err)
+	g, err := r.Group("g", WithAck(time.Minute))
+	require.NoError(t, err)
+	m, err := a.Map("m", WithSlots(4096), WithSlotSize(64))
+	require.NoError(t, err)
+	_, err = r.Publish("t", []byte("p"))
+	require.NoError(t, err)
+	cut := m.slotOff(0) &^ 4095
+	require.LessOrEqual(t, r.slotOff(r.slots-1)+r.slotSize, cut, "the ring must stay in the file")
+	require.NoError(t, os.Truncate(path, int64(cut)))
+	require.ErrorIs(t, m.Store("k", []byte("v")), ErrTruncated) // the fault
+	mem.Store64(r.b, g.goff+rl.GLock, a.own.Token())            // as a write it cut short would leave it
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range g.Records(ctx) {
+		require.Fail(t, "a record claimed under a lock this handle holds")
+	}
+	require.NoError(t, ctx.Err(), "Records ended only when its context did")
+	require.ErrorIs(t, g.Wait(ctx), ErrTruncated)
+	require.ErrorIs(t, g.Ack(Record{Seq: 1}), ErrTruncated)
 }
