@@ -125,6 +125,12 @@ var (
 	// error returns a miss or zero) instead of the process dying of
 	// SIGBUS; Check, Info and Stats report it. Nothing can repair such a
 	// file: stop its users and create it afresh (docs/lifecycle.md).
+	// From its first fault on, a handle gives up its waits (Wait,
+	// PublishWait, LoadOrCompute, a write waiting for a lock) with it,
+	// since it may hold a lock what they wait for needs. Also returned
+	// for a fault on a file not shorter than its mapping (a page the
+	// file system could not supply, such as a sparse copy's hole on a
+	// full file system).
 	ErrTruncated = errors.New("arena file truncated")
 
 	// ErrRemoved means the arena's file was removed, or its path now names

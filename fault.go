@@ -54,7 +54,9 @@ func (a *Arena) faultError(r any) error {
 	}
 	err := a.truncation()
 	if err == nil {
-		err = fmt.Errorf("shmarena: %s: memory fault reading the mapping, file size unknown: %w", describePath(a.path), ErrTruncated)
+		// Not shorter (or not known to be): a page the file system could
+		// not supply, such as a hole in a sparse copy on a full tmpfs.
+		err = fmt.Errorf("shmarena: %s: memory fault on the mapping, the file not shorter than it (a page the file system could not supply: a sparse file on a full file system?): %w", describePath(a.path), ErrTruncated)
 	}
 	a.faulted.CompareAndSwap(nil, &err)
 	// A write that faulted holding a lock in the file has left it held
@@ -74,11 +76,8 @@ func (a *Arena) faultError(r any) error {
 // of the fault that abandoned it (see faultError). Returned at the lock's
 // failure, never tested on a call's way out, which every call pays.
 func (a *Arena) closedErr() error {
-	if a == nil {
-		return ErrClosed
-	}
-	if f := a.faulted.Load(); f != nil && !a.closed.Load() {
-		return *f
+	if err := a.stopped(); err != nil {
+		return err
 	}
 	return ErrClosed
 }
@@ -88,6 +87,20 @@ func (a *Arena) closedErr() error {
 func (a *Arena) truncation() error {
 	if fs := a.fileState(); fs.truncated {
 		return fs.err(a)
+	}
+	return nil
+}
+
+// stopped returns why a wait of this handle must end now: ErrClosed after
+// Close, the fault's error once a fault abandoned the handle (what it
+// waits for may need a lock the fault left it holding, and would never
+// come), else nil.
+func (a *Arena) stopped() error {
+	if a == nil || a.closed.Load() {
+		return ErrClosed
+	}
+	if f := a.faulted.Load(); f != nil {
+		return *f
 	}
 	return nil
 }

@@ -127,8 +127,11 @@ func (g *Group) settleable(op settleOp) error {
 
 // errUnlockable is the error of a settle whose lockAck failed.
 func (g *Group) errUnlockable() error {
-	if g.r.closed() || g.r.a.faulted.Load() != nil {
-		return g.r.a.closedErr()
+	if g.r.closed() {
+		return ErrClosed
+	}
+	if err := g.r.a.stopped(); err != nil && g.current() {
+		return err // the lock wait given up: a fault abandoned the handle
 	}
 	return fmt.Errorf("shmarena: ring %s: group %s: %w: the group was dropped", quote(g.r.name), quote(g.name), ErrLeaseLost)
 }

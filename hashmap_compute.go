@@ -252,8 +252,8 @@ func (m *Map) awaitCompute(ctx context.Context, e int, tok uint64, seq uint32) e
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if m.a.closed.Load() {
-			return ErrClosed
+		if err := m.a.stopped(); err != nil {
+			return err // also a fault's: the computation may be this handle's, cut short
 		}
 		d := computePoll
 		if dl, ok := ctx.Deadline(); ok {

@@ -304,13 +304,13 @@ func (r *Ring) PublishWait(ctx context.Context, topic string, payload []byte) (_
 	}
 }
 
-// waitRoom blocks until the ring has room for k records, ctx ends or the
-// arena closes.
+// waitRoom blocks until the ring has room for k records, ctx ends, the
+// arena closes or a fault abandons the handle (see Arena.stopped).
 func (r *Ring) waitRoom(ctx context.Context, k uint64) error {
 	defer runtime.KeepAlive(r)
 	for start := time.Now(); time.Since(start) < waitSpin; {
-		if r.closed() {
-			return ErrClosed
+		if err := r.a.stopped(); err != nil {
+			return err
 		}
 		if r.hasRoom(k) {
 			return nil
@@ -336,9 +336,10 @@ func (r *Ring) waitRoom(ctx context.Context, k uint64) error {
 	defer stop()
 	for {
 		v := r.armAt(rl.OffRoom)
+		if err := r.a.stopped(); err != nil {
+			return err
+		}
 		switch {
-		case r.closed():
-			return ErrClosed
 		case r.hasRoom(k):
 			return nil
 		case ctx.Err() != nil:

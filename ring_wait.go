@@ -134,14 +134,11 @@ const waitSpin = 50 * time.Microsecond
 // with a stream calls Wait every few records.
 func (r *Ring) wait(ctx context.Context, avail func(spin bool) bool) error {
 	defer runtime.KeepAlive(r)
-	if r.closed() {
-		return ErrClosed
-	}
-	if f := r.a.faulted.Load(); f != nil {
-		// A handle a fault abandoned may hold a lock a claim needs (see
-		// faultError): a record that stays available would make every
-		// wait return at once, and a consumer's loop spin.
-		return *f
+	if err := r.a.stopped(); err != nil {
+		// Also a fault's: a handle a fault abandoned may hold a lock a
+		// claim needs, and a record that stays available would make
+		// every wait return at once, and a consumer's loop spin.
+		return err
 	}
 	if avail(true) {
 		return nil

@@ -484,3 +484,134 @@ func TestFaultedHandleEndsConsumers(t *testing.T) {
 	require.ErrorIs(t, g.Wait(ctx), ErrTruncated)
 	require.ErrorIs(t, g.Ack(Record{Seq: 1}), ErrTruncated)
 }
+
+// faultOnMap cuts the file at the start of map m's slots (every region
+// carved before m stays in the file) and makes a Store of m fault, so the
+// handle is abandoned (faultError) and a.faulted is set.
+func faultOnMap(t *testing.T, a *Arena, path string, m *Map) {
+	t.Helper()
+	cut := m.slotOff(0) &^ 4095
+	require.NoError(t, os.Truncate(path, int64(cut)))
+	require.ErrorIs(t, m.Store("k", []byte("v")), ErrTruncated) // the fault
+	require.NotNil(t, a.faulted.Load())
+}
+
+// A wait for room of a handle a fault abandoned returns the fault's error
+// at once: the room behind an acking group comes only from acks, which
+// need the group lock the fault may have left this very handle holding
+// (its own Acks give up, other processes wait until it closes), so the
+// producer waited until its context ended.
+func TestFaultedHandleEndsWaitsForRoom(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "PublishWait", true: "PublishBatchWait"}[batch], func(t *testing.T) {
+			a, path := tempArena(t, 4<<20)
+			r, err := a.Ring("r", WithSlots(8), WithSlotSize(64))
+			require.NoError(t, err)
+			g, err := r.Group("g", WithAck(time.Hour))
+			require.NoError(t, err)
+			m, err := a.Map("m", WithSlots(4096), WithSlotSize(64))
+			require.NoError(t, err)
+			require.LessOrEqual(t, r.slotOff(r.slots-1)+r.slotSize, m.slotOff(0)&^4095, "the ring must stay in the file")
+			for range 8 {
+				_, err := r.Publish("t", nil)
+				require.NoError(t, err)
+			}
+			require.False(t, r.hasRoom(1), "the ring must be full behind the acking group")
+			faultOnMap(t, a, path, m)
+			mem.Store64(r.b, g.goff+rl.GLock, a.own.Token()) // as a write the fault cut short would leave it (as TestFaultedHandleEndsConsumers)
+			require.ErrorIs(t, g.Ack(Record{Seq: 1}), ErrTruncated, "no room can come from this handle")
+
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			if batch {
+				_, err = r.PublishBatchWait(ctx, "t", [][]byte{nil, nil})
+			} else {
+				_, err = r.PublishWait(ctx, "t", nil)
+			}
+			require.ErrorIs(t, err, ErrTruncated, "a faulted handle's wait for room waited %v, until its context ended", time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// A LoadOrCompute waiting for a computation of its own handle returns the
+// fault's error once a fault abandoned the handle: the computing call,
+// finding its stripe held by a write the fault cut short, gives up
+// without freeing the computation entry, whose owner (this live handle)
+// never dies, and the waiter waited until its context ended.
+func TestFaultedHandleEndsComputeWaiters(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("m", WithSlots(1024), WithSlotSize(64), WithStripes(1))
+	require.NoError(t, err)
+	m2, err := a.Map("m2", WithSlots(4096), WithSlotSize(64))
+	require.NoError(t, err)
+	require.LessOrEqual(t, m.computeTable+computeEntries*computeEntrySize, m2.slotOff(0)&^4095, "m must stay in the file")
+
+	release, started := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := m.LoadOrCompute(context.Background(), "key", func(context.Context) ([]byte, error) {
+			close(started)
+			<-release
+			return []byte("v"), nil
+		})
+		first <- err
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	waiter := make(chan error, 1)
+	go func() {
+		_, _, err := m.LoadOrCompute(ctx, "key", func(context.Context) ([]byte, error) { return []byte("w"), nil })
+		waiter <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter into awaitCompute
+
+	faultOnMap(t, a, path, m2)
+	mem.Store64(m.mem, m.lockOff(0), a.own.Token()) // a write of m's stripe the fault cut short
+	close(release)
+	require.ErrorIs(t, <-first, ErrTruncated)
+
+	start := time.Now()
+	select {
+	case err := <-waiter:
+		require.ErrorIs(t, err, ErrTruncated, "the waiter returned after %v", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter still waits")
+	}
+}
+
+// An Ack of a group another handle dropped says so (ErrLeaseLost) also on
+// a handle a fault abandoned: only a lock wait given up says the fault.
+func TestFaultedHandleAckOfDroppedGroupSaysDropped(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+	a, path := tempArena(t, 4<<20)
+	r, err := a.Ring("r", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	g, err := r.Group("g", WithAck(time.Hour))
+	require.NoError(t, err)
+	m, err := a.Map("m", WithSlots(4096), WithSlotSize(64))
+	require.NoError(t, err)
+	_, err = r.Publish("t", nil)
+	require.NoError(t, err)
+	recs := g.Claim(1)
+	require.Len(t, recs, 1)
+	b, err := Open(path) // another handle (a second mapping; the ring stays in the file)
+	require.NoError(t, err)
+	defer b.Close()
+	rb, err := b.Ring("r", WithSlots(8), WithSlotSize(64))
+	require.NoError(t, err)
+	faultOnMap(t, a, path, m)
+	require.NoError(t, rb.DropGroup("g"))
+
+	err = g.Ack(recs[0])
+	require.ErrorIs(t, err, ErrLeaseLost, "Ack on a dropped group: %v", err)
+}
