@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,7 +122,9 @@ func nsWork(m *Map, r *Ring, me string, deadline time.Time, seqs *os.File) (incs
 	w := bufio.NewWriter(seqs)
 	defer w.Flush()
 	var buf [8]byte
-	for round := 0; time.Now().Before(deadline); round++ {
+	// At least one round, however late it starts: a process that did
+	// nothing would fail the test's "did no work".
+	for round := 0; round == 0 || time.Now().Before(deadline); round++ {
 		old, _ := m.Load("ctr")
 		n := 0
 		if len(old) == 8 {
@@ -165,8 +168,9 @@ func nsWork(m *Map, r *Ring, me string, deadline time.Time, seqs *os.File) (incs
 }
 
 func init() {
-	// ns-worker runs nsWork until SHMARENA_DEADLINE (Unix ns), checks its
-	// own keys and prints "RESULT <incs> <keys>" and what it saw of /proc.
+	// ns-worker opens the arena, prints "READY", runs nsWork for
+	// SHMARENA_WORK_FOR (ns), checks its own keys and prints
+	// "RESULT <incs> <keys>" and what it saw of /proc.
 	childRoles["ns-worker"] = func() error {
 		_, m, r, err := nsArena(os.Getenv("SHMARENA_PATH"))
 		if err != nil {
@@ -177,8 +181,9 @@ func init() {
 			return err
 		}
 		defer seqs.Close()
-		dl, _ := strconv.ParseInt(os.Getenv("SHMARENA_DEADLINE"), 10, 64)
-		incs, keys, err := nsWork(m, r, "child", time.Unix(0, dl), seqs)
+		workFor, _ := strconv.ParseInt(os.Getenv("SHMARENA_WORK_FOR"), 10, 64)
+		fmt.Println("READY")
+		incs, keys, err := nsWork(m, r, "child", time.Now().Add(time.Duration(workFor)), seqs)
 		if err != nil {
 			return err
 		}
@@ -234,20 +239,33 @@ func TestLivenessAcrossNamespaces(t *testing.T) {
 }
 
 // nsShare runs the workload in this process and a worker for a second and
-// checks that nothing was taken from anyone alive.
+// checks that nothing was taken from anyone alive. Each works for the
+// same while from when the worker says it is ready: a deadline set before
+// the worker started could pass while a busy machine was still starting
+// it (unshare, a shell, the test binary), leaving it no work to do.
 func nsShare(t *testing.T, v nsView, bin, dir, path string, a *Arena, m *Map, r *Ring) {
-	deadline := time.Now().Add(1200 * time.Millisecond * raceSlowdown)
+	workFor := 1200 * time.Millisecond * raceSlowdown
 	seqFile := filepath.Join(dir, "child.seqs")
 	cmd := nsCommand(v, bin, "ns-worker", "SHMARENA_PATH="+path, "SHMARENA_SEQS="+seqFile,
-		"SHMARENA_DEADLINE="+strconv.FormatInt(deadline.UnixNano(), 10))
-	var out strings.Builder
-	cmd.Stdout = &out
+		"SHMARENA_WORK_FOR="+strconv.FormatInt(int64(workFor), 10))
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
+	rd := bufio.NewReader(stdout)
+	ready, err := rd.ReadString('\n')
+	if err != nil || ready != "READY\n" {
+		_ = killGroup(cmd)
+		_ = cmd.Wait()
+		t.Fatalf("the worker did not say it was ready: %q, %v", ready, err)
+	}
 	mine, err := os.Create(filepath.Join(dir, "parent.seqs"))
 	require.NoError(t, err)
-	incs, keys, err := nsWork(m, r, "parent", deadline, mine)
+	incs, keys, err := nsWork(m, r, "parent", time.Now().Add(workFor), mine)
 	require.NoError(t, err)
 	require.NoError(t, mine.Close())
+	var out strings.Builder
+	_, err = io.Copy(&out, rd)
+	require.NoError(t, err)
 	require.NoError(t, cmd.Wait(), "worker: %s", out.String())
 	t.Logf("worker: %s", strings.ReplaceAll(strings.TrimSpace(out.String()), "\n", "; "))
 	if v.name == "no /proc" {

@@ -26,6 +26,10 @@ func serve(h http.Handler, client string) *httptest.ResponseRecorder {
 func TestMiddlewareLegacyFieldsAnd429(t *testing.T) {
 	kv, _ := testStore(t)
 	l := NewLimiter(kv)
+	// A clock that stands still: on the real one, a second between the
+	// first request and the third (a busy machine) makes Retry-After 29.
+	now := time.Now().UnixNano()
+	fakeClock(l, &now)
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok")) })
 	h := Middleware(l, PerMinute(2), byHeader)(ok)
 

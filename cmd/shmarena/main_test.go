@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -58,6 +59,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// writerWarmup is how many rounds a writer does before it says "ready":
+// once each writer has said it, ring "events" holds at least this many of
+// its records, however slowly a busy machine runs it afterwards.
+const writerWarmup = 3
+
 // writer stores keys, counts and publishes as fast as it can until killed
 // (or for 60 s), touching only map "live" and ring "events".
 func writer(path, id string) error {
@@ -73,8 +79,10 @@ func writer(path, id string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("ready")
 	for i, end := 0, time.Now().Add(60*time.Second); time.Now().Before(end); i++ {
+		if i == writerWarmup {
+			fmt.Println("ready")
+		}
 		if err := m.Store(fmt.Sprintf("w%s-%d", id, i%100), []byte(strconv.Itoa(i))); err != nil {
 			return err
 		}
@@ -139,7 +147,8 @@ func makeArena(t *testing.T) string {
 }
 
 // startWriters starts n writer processes on path and waits until each
-// has attached; they are SIGKILLed when the test ends.
+// has attached and done writerWarmup rounds; they are SIGKILLed when the
+// test ends.
 func startWriters(t *testing.T, path string, n int) []*exec.Cmd {
 	var cmds []*exec.Cmd
 	for i := 0; i < n; i++ {
@@ -261,7 +270,7 @@ func TestCommandsOnLiveArena(t *testing.T) {
 	assert.Equal(t, 2, st.Processes)
 	ev := st.Regions[4]
 	require.NotNil(t, ev.Ring)
-	assert.Greater(t, ev.Ring.Published, uint64(4), "the writers publish")
+	assert.GreaterOrEqual(t, ev.Ring.Published, uint64(2*writerWarmup), "the writers publish")
 	require.Len(t, ev.Groups, 1)
 	assert.Equal(t, "audit", ev.Groups[0].Name)
 	jg := st.Regions[5].Groups
@@ -275,9 +284,19 @@ func TestCommandsOnLiveArena(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "it has: cache, schema:")
 
-	screen := ok(t, "stats", path, "--watch", "100ms", "--count", "2")
-	assert.Equal(t, 2, strings.Count(screen, "\x1b[2J"), "two screens")
-	assert.Regexp(t, `head\s+\d+\s+[1-9][0-9.]*/s`, screen, "the second screen shows the publish rate")
+	// A busy machine can leave both writers unscheduled for the 100 ms
+	// between two screens, and the rate is then rightly 0: watch again
+	// until one interval saw a publish (a hang bound, not a speed check).
+	rateShown := regexp.MustCompile(`head\s+\d+\s+[1-9][0-9.]*/s`)
+	var screen string
+	for end := time.Now().Add(30 * time.Second); ; {
+		screen = ok(t, "stats", path, "--watch", "100ms", "--count", "2")
+		require.Equal(t, 2, strings.Count(screen, "\x1b[2J"), "two screens")
+		if rateShown.MatchString(screen) || time.Now().After(end) {
+			break
+		}
+	}
+	assert.Regexp(t, rateShown, screen, "the second screen shows the publish rate")
 	lines := strings.Split(strings.TrimSpace(ok(t, "stats", path, "live", "--watch", "100ms", "--count", "2", "--json")), "\n}\n")
 	require.Len(t, lines, 2)
 	assert.Contains(t, lines[1], `"live.used"`)
@@ -386,6 +405,10 @@ func TestDumpLoadRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, a.Close())
 
+	// dump writes each TTL as what is left of it, load sets it from its
+	// own clock: the copies' TTLs can differ by at most the time from the
+	// dump to the last read below, however long a busy machine took.
+	start := time.Now()
 	for _, m := range [][2]string{{"cache", "copy"}, {"users", "users"}} {
 		d := shm(t, "", "dump", src, m[0])
 		require.Equal(t, 0, d.code, d.stderr)
@@ -394,6 +417,9 @@ func TestDumpLoadRoundTrip(t *testing.T) {
 	}
 	want := entries(t, src, "cache")
 	got := entries(t, dst, "copy")
+	// ttl_ms is whole milliseconds, and each process reads the wall clock
+	// for itself: 10 ms more covers both.
+	ttlSlack := time.Since(start) + 10*time.Millisecond
 	require.Len(t, got, 7)
 	require.Equal(t, len(want), len(got))
 	for k, w := range want {
@@ -401,7 +427,7 @@ func TestDumpLoadRoundTrip(t *testing.T) {
 		require.True(t, ok, "key %q lost", k)
 		assert.Equal(t, w.value, g.value, k)
 		assert.Equal(t, w.counter, g.counter, k)
-		assert.InDelta(t, float64(w.ttl), float64(g.ttl), float64(time.Second), k)
+		assert.InDelta(t, float64(w.ttl), float64(g.ttl), float64(ttlSlack), k)
 		assert.Equal(t, w.ttl == 0, g.ttl == 0, k)
 	}
 	b, err := shmarena.Open(dst, shmarena.ReadOnly())

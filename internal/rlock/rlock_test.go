@@ -98,9 +98,7 @@ func TestTakeOverClosedHandle(t *testing.T) {
 	dead := register()
 	mem.Store64(b, lockAt, dead.Token())
 	require.NoError(t, dead.Close())
-	start := time.Now()
 	requireTaken(t, b, h, true)
-	require.Less(t, time.Since(start), time.Second)
 	require.Equal(t, h.Token(), Owner(b, lockAt))
 	require.False(t, Release(b, lockAt, dead.Token()), "the dead owner's late release fails")
 	require.Equal(t, h.Token(), Owner(b, lockAt), "and changes nothing")
@@ -111,8 +109,16 @@ func TestTakeOverClosedHandle(t *testing.T) {
 	require.True(t, recovered)
 }
 
+// hangBound is how long a test waits for something the lock promises
+// within a check period (milliseconds) before it calls it a hang: far
+// beyond the period, so a busy machine that leaves the waiter unscheduled
+// for a while does not fail the test; a waiter that never notices still
+// does.
+const hangBound = 30 * time.Second
+
 // A live owner is waited for, however long, and never taken over; once its
-// handle closes, the waiter takes over within a check period.
+// handle closes, the waiter takes over (within a check period; the test
+// judges only that it does).
 func TestWaitsForLiveOwner(t *testing.T) {
 	b, register := table(t)
 	h, holder := register(), register()
@@ -128,8 +134,8 @@ func TestWaitsForLiveOwner(t *testing.T) {
 	select {
 	case recovered := <-done:
 		require.True(t, recovered)
-	case <-time.After(time.Second):
-		t.Fatal("no takeover within 1 s of the owner's death")
+	case <-time.After(hangBound):
+		t.Fatalf("no takeover within %v of the owner's death", hangBound)
 	}
 }
 
@@ -158,20 +164,25 @@ func TestParkedWaiterIsWoken(t *testing.T) {
 }
 
 // A waiter whose handle is abandoned (its arena closing) gives up without
-// the lock, within a check period even when parked.
+// the lock, even when parked (it notices within a check period; the test
+// judges only that it does).
 func TestAbandonedWaiterGivesUp(t *testing.T) {
 	b, register := table(t)
 	h, holder := register(), register()
 	requireTaken(t, b, holder, false)
 	done := make(chan bool)
 	go func() { _, ok := Acquire(b, lockAt, h); done <- ok }()
-	time.Sleep(2 * CheckAfter) // parked by now
+	// Wait until the waiter has announced itself asleep: a fixed sleep
+	// could end before a busy machine ran it that far.
+	for mem.Load32(b, lockAt+FutexOff)&waitersBit == 0 {
+		time.Sleep(time.Millisecond)
+	}
 	h.Abandon()
 	select {
 	case ok := <-done:
 		require.False(t, ok, "took the lock after its handle was abandoned")
-	case <-time.After(time.Second):
-		t.Fatal("an abandoned waiter kept waiting")
+	case <-time.After(hangBound):
+		t.Fatalf("an abandoned waiter kept waiting %v", hangBound)
 	}
 	require.Equal(t, holder.Token(), Owner(b, lockAt))
 }
