@@ -23,11 +23,9 @@ import (
 // new end away from every mapping: an access to them raises SIGBUS. A
 // worker must get ErrTruncated from the operation, not die.
 func TestTruncatedFileIsAnErrorNotSIGBUS(t *testing.T) {
-	if raceEnabled {
-		// About one run in 20 faulted inside an atomic operation, which
-		// the race runtime runs outside Go code: a fatal error, not a panic.
-		t.Skip("a memory fault cannot be recovered under the race detector; the plain and 386 runs check this")
-	}
+	// Under -race about one run in 20 faulted inside an atomic operation,
+	// a fatal error; the plain and 386 runs check this.
+	skipFaultsUnderRace(t)
 	a, path := tempArena(t, 4<<20)
 	m, err := a.Map("m", WithSlots(4096), WithSlotSize(128), WithStripes(4))
 	require.NoError(t, err)
@@ -174,9 +172,7 @@ func init() {
 // the process died with "fatal error: unexpected signal during runtime
 // execution".
 func TestTruncatedUseTableIsAnErrorNotAFatalFault(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	a, path := tempArena(t, 4<<20)
 	_, err := a.Map("m", WithSlots(4096), WithSlotSize(64), WithStripes(1))
 	require.NoError(t, err)
@@ -189,9 +185,7 @@ func TestTruncatedUseTableIsAnErrorNotAFatalFault(t *testing.T) {
 // same, or the descriptor and the mapping stay for the life of the
 // process.
 func TestCloseOfATruncatedArenaStillCloses(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	a, path := tempArena(t, 4<<20)
 	m, err := a.Map("m", WithSlots(4096), WithSlotSize(64))
 	require.NoError(t, err)
@@ -213,9 +207,7 @@ func TestCloseOfATruncatedArenaStillCloses(t *testing.T) {
 // must not leave the counts' mutex held: Stats and Close take it to flush
 // every shard, and would wait for ever.
 func TestTruncatedUseFlushLeavesNoLockHeld(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	path := filepath.Join(t.TempDir(), "arena")
 	a, err := Open(path, WithSize(4<<20)) // no Close in a cleanup: one that hangs would hang the test binary
 	require.NoError(t, err)
@@ -237,20 +229,10 @@ func TestTruncatedUseFlushLeavesNoLockHeld(t *testing.T) {
 	}
 	require.NotNil(t, a.faulted.Load(), "no flush faulted")
 
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	returnsTruncated(t, "Stats, then Close, after a faulted flush of the use counts", func() error {
 		m.Stats()
-		err := a.Close()
-		if err != nil {
-			assert.ErrorIs(t, err, ErrTruncated)
-		}
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Stats or Close hangs on the use counts' mutex a faulted flush left held")
-	}
+		return a.Close()
+	})
 }
 
 func init() {
@@ -319,9 +301,7 @@ func init() {
 // it. A context ended after the file was cut under the mapping must not
 // kill the process.
 func TestTruncatedWaitCancelIsNotAFatalFault(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	for _, wait := range []string{"cursor", "room"} {
 		t.Run(wait, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "arena")
@@ -360,9 +340,7 @@ func init() {
 // as Arena.Map does, and must meet a file cut under the mapping with
 // ErrTruncated, not SIGBUS.
 func TestTruncatedOpenTypedMapIsAnErrorNotSIGBUS(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	path := filepath.Join(t.TempDir(), "arena")
 	a, err := Open(path, WithSize(1<<20))
 	require.NoError(t, err)
@@ -377,23 +355,7 @@ func TestTruncatedOpenTypedMapIsAnErrorNotSIGBUS(t *testing.T) {
 // the handle, and the write gives up with ErrTruncated. (Other processes
 // wait until the handle is closed; see docs/lifecycle.md.)
 func TestTruncatedWriteDoesNotWedgeItsHandle(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
-	const wait = 10 * time.Second
-	returns := func(t *testing.T, what string, f func() error) {
-		t.Helper()
-		done := make(chan error, 1)
-		go func() { done <- f() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				require.ErrorIs(t, err, ErrTruncated, what)
-			}
-		case <-time.After(wait):
-			t.Fatalf("%s still waits for the lock a faulted write left held after %v", what, wait)
-		}
-	}
+	skipFaultsUnderRace(t)
 	t.Run("map", func(t *testing.T) {
 		a, path := tempArena(t, 4<<20) // its Close ends a waiter (ErrClosed)
 		m, err := a.Map("m", WithSlots(4096), WithSlotSize(64), WithStripes(1))
@@ -411,7 +373,7 @@ func TestTruncatedWriteDoesNotWedgeItsHandle(t *testing.T) {
 		}
 		require.NoError(t, os.Truncate(path, int64(cut)))
 		require.ErrorIs(t, m.Store(far, []byte("v")), ErrTruncated)
-		returns(t, "a Store of a key whose slot is in the file", func() error { return m.Store(near, []byte("v")) })
+		returnsTruncated(t, "a Store of a key whose slot is in the file", func() error { return m.Store(near, []byte("v")) })
 	})
 	// The file is cut while LoadOrCompute's function runs: the store of
 	// its value faults holding the stripe, and the deferred hand-over of
@@ -428,7 +390,7 @@ func TestTruncatedWriteDoesNotWedgeItsHandle(t *testing.T) {
 				far = k
 			}
 		}
-		returns(t, "LoadOrCompute whose store faults", func() error {
+		returnsTruncated(t, "LoadOrCompute whose store faults", func() error {
 			_, _, err := m.LoadOrCompute(context.Background(), far, func(context.Context) ([]byte, error) {
 				return []byte("v"), os.Truncate(path, int64(cut))
 			})
@@ -447,7 +409,7 @@ func TestTruncatedWriteDoesNotWedgeItsHandle(t *testing.T) {
 				break
 			}
 		}
-		returns(t, "the next Publish", func() error { _, err := r.Publish("t", []byte("p")); return err })
+		returnsTruncated(t, "the next Publish", func() error { _, err := r.Publish("t", []byte("p")); return err })
 	})
 }
 
@@ -457,9 +419,7 @@ func TestTruncatedWriteDoesNotWedgeItsHandle(t *testing.T) {
 // short), so Records, or a loop of Claim then Wait, ends rather than
 // spinning until its context does.
 func TestFaultedHandleEndsConsumers(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	a, path := tempArena(t, 4<<20)
 	r, err := a.Ring("r", WithSlots(64), WithSlotSize(256))
 	require.NoError(t, err)
@@ -502,9 +462,7 @@ func faultOnMap(t *testing.T, a *Arena, path string, m *Map) {
 // (its own Acks give up, other processes wait until it closes), so the
 // producer waited until its context ended.
 func TestFaultedHandleEndsWaitsForRoom(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	for _, batch := range []bool{false, true} {
 		t.Run(map[bool]string{false: "PublishWait", true: "PublishBatchWait"}[batch], func(t *testing.T) {
 			a, path := tempArena(t, 4<<20)
@@ -543,9 +501,7 @@ func TestFaultedHandleEndsWaitsForRoom(t *testing.T) {
 // without freeing the computation entry, whose owner (this live handle)
 // never dies, and the waiter waited until its context ended.
 func TestFaultedHandleEndsComputeWaiters(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	a, path := tempArena(t, 4<<20)
 	m, err := a.Map("m", WithSlots(1024), WithSlotSize(64), WithStripes(1))
 	require.NoError(t, err)
@@ -578,21 +534,15 @@ func TestFaultedHandleEndsComputeWaiters(t *testing.T) {
 	close(release)
 	require.ErrorIs(t, <-first, ErrTruncated)
 
-	start := time.Now()
-	select {
-	case err := <-waiter:
-		require.ErrorIs(t, err, ErrTruncated, "the waiter returned after %v", time.Since(start).Round(time.Millisecond))
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter still waits")
-	}
+	var werr error
+	returnsTruncated(t, "a waiter of the computation", func() error { werr = <-waiter; return werr })
+	require.ErrorIs(t, werr, ErrTruncated)
 }
 
 // An Ack of a group another handle dropped says so (ErrLeaseLost) also on
 // a handle a fault abandoned: only a lock wait given up says the fault.
 func TestFaultedHandleAckOfDroppedGroupSaysDropped(t *testing.T) {
-	if raceEnabled {
-		t.Skip("a memory fault cannot be recovered under the race detector")
-	}
+	skipFaultsUnderRace(t)
 	a, path := tempArena(t, 4<<20)
 	r, err := a.Ring("r", WithSlots(8), WithSlotSize(64))
 	require.NoError(t, err)
@@ -614,4 +564,32 @@ func TestFaultedHandleAckOfDroppedGroupSaysDropped(t *testing.T) {
 
 	err = g.Ack(recs[0])
 	require.ErrorIs(t, err, ErrLeaseLost, "Ack on a dropped group: %v", err)
+}
+
+// skipFaultsUnderRace skips a test that recovers a memory fault in this
+// process: under the race detector sync/atomic runs outside Go code,
+// where a fault is fatal (see fault.go).
+func skipFaultsUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("a memory fault cannot be recovered under the race detector")
+	}
+}
+
+// returnsTruncated runs f and requires it to return nil or ErrTruncated
+// within 10 s, a bound for a hang (a lock or a wait a fault left behind),
+// not a speed: f runs in a goroutine that a failing test leaves behind.
+func returnsTruncated(t *testing.T, what string, f func() error) {
+	t.Helper()
+	const bound = 10 * time.Second
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			require.ErrorIs(t, err, ErrTruncated, what)
+		}
+	case <-time.After(bound):
+		t.Fatalf("%s still waits after %v", what, bound)
+	}
 }
