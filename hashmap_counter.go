@@ -203,7 +203,16 @@ func (m *Map) Counter(key string) (int64, bool) {
 	var buf [8]byte
 	v, out, ok := m.readKey(key, m.hashKey(key), buf[:0], true)
 	runtime.KeepAlive(m)
-	if !ok || metaFlags(v.meta)&flagCounter == 0 {
+	if !ok {
+		return 0, false
+	}
+	return counterIn(v, out)
+}
+
+// counterIn is the counter a read saw: v its view, out its 8-byte value;
+// false when the slot held another kind of value.
+func counterIn(v view, out []byte) (int64, bool) {
+	if metaFlags(v.meta)&flagCounter == 0 || len(out) != 8 {
 		return 0, false
 	}
 	return int64(uint64(out[0]) | uint64(out[1])<<8 | uint64(out[2])<<16 | uint64(out[3])<<24 |

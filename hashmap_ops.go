@@ -98,10 +98,10 @@ func (m *Map) AppendLoad(dst []byte, key string) ([]byte, bool) {
 	// read, written out: the hottest read saves a call.
 	h := m.hashKey(key)
 	out, r := m.readNear(key, h, dst, true, nil)
-	ok := r == nearHit
-	if !ok && r != nearAbsent {
-		out, ok = m.readFar(key, h, dst, true, nil, r)
+	if r != nearHit && r != nearAbsent {
+		out, r = m.readFar(key, h, dst, true, nil, r)
 	}
+	ok := r == nearHit
 	m.uses.hit(ok)
 	runtime.KeepAlive(m)
 	return out, ok
@@ -436,10 +436,16 @@ func (m *Map) TTL(key string) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
+	return ttlOf(v), true
+}
+
+// ttlOf is the time a read's view v has left: 0 for no deadline, else at
+// least 1 ns (a lapsed key is no hit).
+func ttlOf(v view) time.Duration {
 	if v.deadline == 0 {
-		return 0, true
+		return 0
 	}
-	return max(time.Duration(v.deadline-now()), 1), true
+	return max(time.Duration(v.deadline-now()), 1)
 }
 
 // All returns an iterator over the live entries, segment by segment,

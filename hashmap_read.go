@@ -41,11 +41,22 @@ func (m *Map) read(key string, h uint64, dst []byte, want bool, v *view) (out []
 	case nearAbsent:
 		return dst, false
 	}
+	out, r = m.readFar(key, h, dst, want, v, r)
+	return out, r == nearHit
+}
+
+// readOutcome is read that tells a miss from a give-up: it returns nearHit,
+// nearBusy (the read gave up on a slot or segment that kept changing, so
+// the key may well be present) or another outcome, a miss.
+func (m *Map) readOutcome(key string, h uint64, dst []byte, want bool, v *view) (out []byte, r int) {
+	if out, r = m.readNear(key, h, dst, want, v); r == nearHit || r == nearAbsent {
+		return out, r
+	}
 	return m.readFar(key, h, dst, want, v, r)
 }
 
 // readFar is read past readNear's first answer, r (neither nearHit nor
-// nearAbsent).
+// nearAbsent). It returns nearHit, nearBusy, or another outcome for a miss.
 //
 // A miss is believed only if no entry of the key's segment moved while
 // the probe ran (a delete moves entries back, and a reader may pass the
@@ -55,24 +66,24 @@ func (m *Map) read(key string, h uint64, dst []byte, want bool, v *view) (out []
 // version (the slot's own version vouches for it), so the common hit is
 // tried first, without it; a miss then loads it and probes again (in
 // readNear, for a miss its first look decided: see absentNear).
-func (m *Map) readFar(key string, h uint64, dst []byte, want bool, v *view, r int) (out []byte, found bool) {
+func (m *Map) readFar(key string, h uint64, dst []byte, want bool, v *view, r int) (out []byte, outcome int) {
 	mvOff := m.lockOff(m.stripeOf(h)) + stMoveVer
 	mv := mem.Load64(m.mem, mvOff)
 	if r == nearMiss { // believed only with the move version loaded first
 		if out, r = m.readNear(key, h, dst, want, v); r == nearHit {
-			return out, true
+			return out, r
 		}
 	}
 	if r == nearUnsure {
 		switch out, r = m.searchKey(key, h, dst, want, v); r {
 		case nearHit:
-			return out, true
-		case nearGaveUp:
-			return dst, false
+			return out, r
+		case nearGaveUp, nearBusy:
+			return dst, r
 		}
 	}
 	if mv&1 == 0 && mem.Load64(m.mem, mvOff) == mv {
-		return dst, false
+		return dst, nearMiss
 	}
 	return m.confirmMiss(key, h, dst, want, v)
 }
@@ -84,6 +95,7 @@ const (
 	nearMiss   // absent, unless entries moved meanwhile (see confirmMiss)
 	nearGaveUp // absent as far as this read goes: lapsed, busy or a dead writer's
 	nearAbsent // absent: a miss confirmed by the move version (see absentNear)
+	nearBusy   // gave up on a slot or segment that kept changing (counted in Busy): maybe present
 )
 
 // readNear is read's common case in few instructions: a lookup costs
@@ -187,7 +199,7 @@ func (m *Map) absentNear(h, i uint64) int {
 
 // searchKey is read's general search: it probes up to the probe limit,
 // waits out writers, and collects a lapsed entry. It returns nearHit,
-// nearMiss or nearGaveUp, and the view of what it found in *v.
+// nearMiss, nearGaveUp or nearBusy, and the view of what it found in *v.
 func (m *Map) searchKey(key string, h uint64, dst []byte, want bool, v *view) (out []byte, r int) {
 	n0 := len(dst)
 	sp, i := m.homeSpan(h)
@@ -202,12 +214,12 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool, v *view) (o
 		for tries := 0; ; tries++ {
 			if tries == readRetries {
 				m.stat(mhBusy)
-				return dst, nearGaveUp
+				return dst, nearBusy
 			}
 			ver := mem.Load64(m.mem, off+sVersion)
 			if ver&1 != 0 {
-				if !m.awaitWriter(off, ver) {
-					return dst, nearGaveUp
+				if r := m.awaitWriter(off, ver); r != nearUnsure {
+					return dst, r
 				}
 				continue
 			}
@@ -249,28 +261,28 @@ func (m *Map) searchKey(key string, h uint64, dst []byte, want bool, v *view) (o
 
 // confirmMiss decides a read that missed: it probes again inside an even,
 // unchanged move version of the key's segment, so a miss faked by entries
-// moving back (see remove) is retried, and a real one is believed.
-func (m *Map) confirmMiss(key string, h uint64, dst []byte, want bool, v *view) (out []byte, found bool) {
+// moving back (see remove) is retried, and a real one is believed. It
+// returns nearHit, nearBusy, or another outcome for a miss.
+func (m *Map) confirmMiss(key string, h uint64, dst []byte, want bool, v *view) (out []byte, r int) {
 	s := m.stripeOf(h)
 	o := m.lockOff(s) + stMoveVer
 	for range readRetries {
 		mv := mem.Load64(m.mem, o)
 		if mv&1 != 0 {
 			if !m.await(o, mv, s) {
-				return dst, false
+				return dst, nearBusy
 			}
 			continue
 		}
-		out, r := m.searchKey(key, h, dst, want, v)
-		if r == nearHit {
-			return out, true
+		if out, r = m.searchKey(key, h, dst, want, v); r == nearHit || r == nearGaveUp || r == nearBusy {
+			return out, r
 		}
-		if r == nearGaveUp || mem.Load64(m.mem, o) == mv {
-			return dst, false
+		if mem.Load64(m.mem, o) == mv {
+			return dst, nearMiss
 		}
 	}
 	m.stat(mhBusy)
-	return dst, false
+	return dst, nearBusy
 }
 
 // probeLimit bounds a search in segment sp: no key sits further from its
@@ -304,15 +316,20 @@ func (m *Map) appendValue(dst []byte, off int, meta uint64) []byte {
 	return mem.AppendBytes(dst, m.mem, off+sData+metaKeyLen(meta), metaValLen(meta))
 }
 
-// awaitWriter waits for a slot being written to settle. It returns false
-// when the reader should give up: the writer died (the key reads as absent
-// and repair is started), or it kept writing past oddPatience (busy).
-func (m *Map) awaitWriter(off int, ver uint64) bool {
+// awaitWriter waits for a slot being written to settle (a dead writer's
+// is repaired meanwhile, see await). It returns nearUnsure when the slot
+// moved on and should be read again, nearBusy when the writer kept
+// writing past oddPatience, and nearGaveUp for a version no writer of
+// this map sets (a damaged file: the key reads as absent).
+func (m *Map) awaitWriter(off int, ver uint64) int {
 	s := ver >> 1 & (1<<(seqShift-1) - 1)
 	if s >= m.stripes {
-		return false // not a version this map writes: corrupt
+		return nearGaveUp
 	}
-	return m.await(off+sVersion, ver, s)
+	if !m.await(off+sVersion, ver, s) {
+		return nearBusy
+	}
+	return nearUnsure
 }
 
 // await waits for the word at off to move on from ver, which stripe s's

@@ -93,10 +93,13 @@ func ResolveWriteOptions(opts ...WriteOption) (WriteSettings, error) {
 
 // MapKeyValue is the KeyValue of a Map in shared memory. It is a value
 // holding only the *Map, so converting it to KeyValue allocates nothing,
-// and its read methods allocate nothing beyond what Map's do. Its methods
-// ignore ctx: no Map operation blocks (reads are lock-free, a write holds
-// one segment lock for a bounded step), so there is nothing to cancel, and
-// checking ctx would cost a call on every operation for nothing.
+// and its read methods allocate nothing beyond what Map's do. Its writes
+// ignore ctx: no Map write blocks for long (a write holds one segment
+// lock for a bounded step), so there is nothing to cancel, and checking
+// ctx would cost a call on every operation for nothing. Its reads (Load,
+// AppendLoad, Counter, TTL) look at ctx only after Map's read gave up on
+// a key being written, which a KeyValue caller could not tell from a
+// miss: they read again while ctx lasts, for up to a second (see Load).
 // BenchmarkKeyValueAdapter measures the cost against direct calls.
 type MapKeyValue struct{ m *Map }
 
@@ -107,16 +110,23 @@ func NewKeyValue(m *Map) MapKeyValue { return MapKeyValue{m: m} }
 // Keys, All).
 func (a MapKeyValue) Map() *Map { return a.m }
 
-// Load is Map.Load.
-func (a MapKeyValue) Load(_ context.Context, key string) ([]byte, bool, error) {
-	v, ok := a.m.Load(key)
-	return v, ok, nil
+// Load is Map.Load, except that a read that gave up on a key being
+// written (Map's busy miss, see Stats.Busy) reads again: while ctx lasts,
+// for up to a second. A present key reads absent only after a writer sat
+// inside its write that long (a stopped process, or a damaged file). When
+// ctx ends first, the error wraps ctx.Err().
+func (a MapKeyValue) Load(ctx context.Context, key string) ([]byte, bool, error) {
+	v, ok, err := a.m.appendLoadPatiently(ctx, nil, key)
+	if ok && v == nil {
+		v = []byte{}
+	}
+	return v, ok, err
 }
 
-// AppendLoad is Map.AppendLoad.
-func (a MapKeyValue) AppendLoad(_ context.Context, dst []byte, key string) ([]byte, bool, error) {
-	v, ok := a.m.AppendLoad(dst, key)
-	return v, ok, nil
+// AppendLoad is Map.AppendLoad, reading again after a busy give-up as
+// Load does.
+func (a MapKeyValue) AppendLoad(ctx context.Context, dst []byte, key string) ([]byte, bool, error) {
+	return a.m.appendLoadPatiently(ctx, dst, key)
 }
 
 // Store is Map.Store.
@@ -160,10 +170,10 @@ func (a MapKeyValue) Add(_ context.Context, key string, delta int64, opts ...Wri
 	return a.m.Add(key, delta, opts...)
 }
 
-// Counter is Map.Counter.
-func (a MapKeyValue) Counter(_ context.Context, key string) (int64, bool, error) {
-	n, ok := a.m.Counter(key)
-	return n, ok, nil
+// Counter is Map.Counter, reading again after a busy give-up as Load
+// does.
+func (a MapKeyValue) Counter(ctx context.Context, key string) (int64, bool, error) {
+	return a.m.counterPatiently(ctx, key)
 }
 
 // Expire is Map.Expire.
@@ -171,10 +181,9 @@ func (a MapKeyValue) Expire(_ context.Context, key string, ttl time.Duration) (b
 	return a.m.Expire(key, ttl), nil
 }
 
-// TTL is Map.TTL.
-func (a MapKeyValue) TTL(_ context.Context, key string) (time.Duration, bool, error) {
-	d, ok := a.m.TTL(key)
-	return d, ok, nil
+// TTL is Map.TTL, reading again after a busy give-up as Load does.
+func (a MapKeyValue) TTL(ctx context.Context, key string) (time.Duration, bool, error) {
+	return a.m.ttlPatiently(ctx, key)
 }
 
 // Clear is Map.Clear: atomic for each key.
