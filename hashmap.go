@@ -172,7 +172,7 @@ type MapStats struct {
 	Used       int    // live entries, lapsed ones not yet collected included
 	Capacity   int    // slots
 	Tombstones int    // deleted entries not yet cleared: 0 at rest (deletes move entries back; see Delete)
-	Busy       uint64 // lock-free reads (Add's included) that gave up on a slot that kept changing
+	Busy       uint64 // give-ups of lock-free reads (Add's included) on a slot that kept changing; a KeyValue read that reads again counts each
 	Full       uint64 // inserts refused with ErrFull
 	Expired    uint64 // lapsed entries collected (removed, replaced or evicted)
 	Recoveries uint64 // locks taken over from dead processes

@@ -274,8 +274,12 @@ func (m *Map) confirmMiss(key string, h uint64, dst []byte, want bool, v *view) 
 			}
 			continue
 		}
-		if out, r = m.searchKey(key, h, dst, want, v); r == nearHit || r == nearGaveUp || r == nearBusy {
+		// On a give-up searchKey's slice may hold a torn copy: return dst.
+		switch out, r = m.searchKey(key, h, dst, want, v); r {
+		case nearHit:
 			return out, r
+		case nearGaveUp, nearBusy:
+			return dst, r
 		}
 		if mem.Load64(m.mem, o) == mv {
 			return dst, nearMiss

@@ -14,8 +14,9 @@ import (
 //
 // Every method takes a context.Context because a network backend blocks on
 // it: when ctx ends first the method returns an error wrapping ctx.Err()
-// and the write may or may not have happened. A shared-memory backend never
-// blocks, so it ignores ctx (see MapKeyValue). Errors of a network backend
+// and the write may or may not have happened. A shared-memory backend's
+// writes never block and ignore ctx; its reads look at ctx only while they
+// wait out a key being written (see MapKeyValue). Errors of a network backend
 // wrap the client's error (errors.Is and errors.As see through them); a
 // network error never reads as a miss: the bool results are meaningful
 // only when err is nil.

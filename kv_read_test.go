@@ -1,10 +1,13 @@
 package shmarena
 
 import (
+	"bytes"
 	"context"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/shmarena/shmarena/internal/owner"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -46,8 +49,8 @@ func afterBusy(t *testing.T, m *Map, busy0 uint64, f func()) {
 // KeyValue reads, whose callers cannot tell that from a miss, read again
 // and return the value once the writer is done.
 func TestKeyValueReadsWaitOutAWriter(t *testing.T) {
-	defer func(p time.Duration) { oddPatience = p }(oddPatience)
-	oddPatience = time.Millisecond
+	defer func(p, k time.Duration) { oddPatience, kvBusyPatience = p, k }(oddPatience, kvBusyPatience)
+	oddPatience, kvBusyPatience = time.Millisecond, hangBound // only a read that stops reading again fails, however slow the machine
 	m := testMap(t, WithSlots(1024), WithSlotSize(64), WithStripes(1))
 	kv, ctx := NewKeyValue(m), context.Background()
 	require.NoError(t, m.Store("v", []byte("value"), WithTTL(time.Hour)))
@@ -92,7 +95,7 @@ func TestKeyValueReadsWaitOutAWriter(t *testing.T) {
 // damaged to look written for good holds it no longer than that.
 func TestKeyValueReadWaitEnds(t *testing.T) {
 	defer func(p, k time.Duration) { oddPatience, kvBusyPatience = p, k }(oddPatience, kvBusyPatience)
-	oddPatience = time.Millisecond
+	oddPatience, kvBusyPatience = time.Millisecond, hangBound // ctx, not patience, must end the first read
 	m := testMap(t, WithSlots(1024), WithSlotSize(64), WithStripes(1))
 	kv := NewKeyValue(m)
 	require.NoError(t, m.Store("v", []byte("value")))
@@ -113,5 +116,72 @@ func TestKeyValueReadWaitEnds(t *testing.T) {
 		assert.NoError(t, err, "past its patience the read reports the miss Map reports")
 	case <-time.After(hangBound):
 		t.Fatal("a KeyValue read waited for good on a slot that stays written")
+	}
+}
+
+// A read that confirms a miss (the segment's moves were open) and then
+// gives up on the key's slot, changed under it after it copied the value
+// (here: begun by a writer that stays inside its write), returns dst
+// unchanged and false: AppendLoad's contract, and what it did before
+// confirmMiss passed searchKey's slice through.
+func TestAppendLoadGiveUpInConfirmMissReturnsDst(t *testing.T) {
+	defer func(p, c time.Duration, f func(*owner.Handle, uint64) bool) {
+		oddPatience, oddCheckAfter, aliveFn, valueReadHook = p, c, f, nil
+	}(oddPatience, oddCheckAfter, aliveFn)
+	oddPatience, oddCheckAfter = hangBound, 0 // the wait on the moves must not give up
+	m := testMap(t, WithSlots(1024), WithSlotSize(64), WithStripes(1), WithBytes(1<<16))
+	const key = "k"
+	big := bytes.Repeat([]byte("x"), 200) // in the value space: read through valueReadHook
+	s := m.stripeOf(m.hashKey(key))
+	require.True(t, m.lock(s))
+	m.beginMoves(s) // the key is absent and the segment's moves are open: confirmMiss
+	stored := false
+	aliveFn = func(*owner.Handle, uint64) bool {
+		if !stored { // the moves end and the key arrives
+			stored = true
+			m.endMoves(s)
+			m.unlock(s)
+			require.NoError(t, m.Store(key, big))
+		}
+		return true
+	}
+	var end func()
+	valueReadHook = func() { // a writer begins the key's slot mid-copy and stays
+		valueReadHook, oddPatience = nil, time.Millisecond
+		end = holdSlot(t, m, key)
+	}
+	out, ok := m.AppendLoad([]byte("dst"), key)
+	require.True(t, stored)
+	require.NotNil(t, end, "the read copied the value")
+	assert.False(t, ok, "the read gave up on the held slot")
+	assert.Equal(t, "dst", string(out), "a give-up returned dst with a torn copy appended")
+	end()
+}
+
+// A KeyValue read waiting out a writer on a file another process cuts
+// returns ErrTruncated, not a crash and not a wait for its patience.
+func TestKeyValueReadPatientlyOfTruncatedFileIsAnError(t *testing.T) {
+	skipFaultsUnderRace(t)
+	defer func(p, k time.Duration) { oddPatience, kvBusyPatience = p, k }(oddPatience, kvBusyPatience)
+	oddPatience, kvBusyPatience = time.Millisecond, hangBound
+	a, path := tempArena(t, 4<<20)
+	m, err := a.Map("m", WithSlots(4096), WithSlotSize(64), WithStripes(1))
+	require.NoError(t, err)
+	require.NoError(t, m.Store("v", []byte("value")))
+	holdSlot(t, m, "v") // never ended: the file is cut under it
+	kv := NewKeyValue(m)
+	busy0 := m.Stats().Busy
+	for name, read := range map[string]func() error{
+		"Load":    func() error { _, _, err := kv.Load(context.Background(), "v"); return err },
+		"Counter": func() error { _, _, err := kv.Counter(context.Background(), "v"); return err },
+	} {
+		done := make(chan error, 1)
+		go func() { done <- read() }()
+		if name == "Load" {
+			afterBusy(t, m, busy0, func() { require.NoError(t, os.Truncate(path, int64(m.slotOff(0)&^4095))) })
+		}
+		var err error
+		returnsTruncated(t, name, func() error { err = <-done; return err })
+		require.ErrorIs(t, err, ErrTruncated, name)
 	}
 }
