@@ -2,6 +2,7 @@ package shmarena
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/shmarena/shmarena/internal/mem"
 )
@@ -58,20 +59,17 @@ func (m *Map) firstFree(h uint64) view {
 }
 
 // seek finds key's live slot holding its stripe, skipping foreign slots by
-// their tags as readKey does. The near read decides the common cases
-// first (the key at its first candidate, live; or that candidate empty):
-// an overwrite of a 64-byte value at 65,536 slots ran 1,274 instructions
-// through the general probe, 1,094 so. It is not asked in an evicting
-// map, where its hit would count a use.
+// their tags as readKey does. seekNear decides the common cases first (the
+// key at its first candidate; or that candidate empty): an overwrite of a
+// 64-byte value at 65,536 slots ran 1,274 instructions through the general
+// probe, 1,094 through readNear (as counted for that first version; see
+// seekNear for why it is not readNear itself).
 func (m *Map) seek(key string, h uint64) (view, bool) {
-	if !m.countUses {
-		var v view
-		switch _, r := m.readNear(key, h, nil, false, &v); r {
-		case nearHit:
-			return v, true
-		case nearAbsent:
-			return view{}, false
-		}
+	switch v, r := m.seekNear(key, h); r {
+	case nearHit:
+		return v, true
+	case nearAbsent:
+		return view{}, false
 	}
 	_, sp, i := m.place(h)
 	wantTag := tagOf(h)
@@ -93,6 +91,42 @@ func (m *Map) seek(key string, h uint64) (view, bool) {
 		i, left = sp.add(i, 1), left-1
 	}
 	return view{}, false
+}
+
+// seekNear is readNear for a holder of key's stripe, whose slots hold
+// still: the first candidate among the eight tags from key's home decides
+// a hit (key's slot, at rest, lapsed or not: seek's callers judge the
+// deadline, and the general probe would return it too) or a miss (an
+// empty slot, believed as absentNear believes it); else nearUnsure.
+// readNear itself is not asked: it reads the clock on a hit with a
+// deadline, which a seek then paid twice (its caller reads it again),
+// about 35 ns more than the general probe on a key with a TTL; and it
+// counts a use in an evicting map.
+func (m *Map) seekNear(key string, h uint64) (view, int) {
+	sp, i := m.homeSpan(h)
+	if i+8 > sp.hi { // as readNear: the window stays in the segment
+		return view{}, nearUnsure
+	}
+	w := mem.Load8(m.mem, m.tagBase+int(i))
+	t := tagOf(h)
+	d := uint64(bits.TrailingZeros64(tagMatch(w, belowKey, t))) / 8
+	if d == 8 {
+		return view{}, nearUnsure
+	}
+	switch byte(w >> (d * 8)) {
+	case t:
+	case 0:
+		return view{}, m.absentNear(h, i)
+	default:
+		return view{}, nearUnsure
+	}
+	off := m.slotOff(i + d)
+	ver := mem.Load64(m.mem, off+sVersion)
+	meta := mem.Load64(m.mem, off+sMeta)
+	if ver&1 != 0 || !m.holds(off, meta, key, h) {
+		return view{}, nearUnsure
+	}
+	return view{off: off, ver: ver, meta: meta, deadline: int64(mem.Load64(m.mem, deadlineOff(off, meta)))}, nearHit
 }
 
 // collectPath removes the lapsed entries on h's probe path, up to the
