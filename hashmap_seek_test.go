@@ -7,33 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shmarena/shmarena/internal/mem"
 	"github.com/stretchr/testify/require"
 )
-
-// seekGeneral is seek without its near read: the general probe only.
-func (m *Map) seekGeneral(key string, h uint64) (view, bool) {
-	_, sp, i := m.place(h)
-	wantTag := tagOf(h)
-	for left := m.probeLimit(sp); left > 0; {
-		skip, t := m.scanTags(sp, i, left, belowKey, wantTag)
-		if skip == left || t == 0 {
-			return view{}, false
-		}
-		i, left = sp.add(i, skip), left-skip
-		off := m.slotOff(i)
-		ver := mem.Load64(m.mem, off+sVersion)
-		meta := mem.Load64(m.mem, off+sMeta)
-		if ver&1 == 0 && m.holds(off, meta, key, h) {
-			deadline := int64(mem.Load64(m.mem, deadlineOff(off, meta)))
-			if mem.Load64(m.mem, off+sVersion) == ver {
-				return view{off: off, ver: ver, meta: meta, deadline: deadline}, true
-			}
-		}
-		i, left = sp.add(i, 1), left-1
-	}
-	return view{}, false
-}
 
 // compareSeeks holds each key's stripe and asks both seeks, which must
 // agree: the near read is a shortcut, never a different answer (a lapsed
@@ -45,7 +20,7 @@ func compareSeeks(t *testing.T, m *Map, keys []string, what string) (near, nearL
 		s := m.stripeOf(h)
 		require.True(t, m.lock(s))
 		v1, f1 := m.seek(k, h)
-		v2, f2 := m.seekGeneral(k, h)
+		v2, f2 := m.seekProbe(k, h)
 		nv, r := m.seekNear(k, h)
 		m.unlock(s)
 		if r == nearHit || r == nearAbsent {
@@ -162,7 +137,7 @@ func benchSeek(b *testing.B, ttl bool, general bool) {
 		var v view
 		var f bool
 		if general {
-			v, f = m.seekGeneral(keys[k], hs[k])
+			v, f = m.seekProbe(keys[k], hs[k])
 		} else {
 			v, f = m.seek(keys[k], hs[k])
 		}

@@ -71,6 +71,11 @@ func (m *Map) seek(key string, h uint64) (view, bool) {
 	case nearAbsent:
 		return view{}, false
 	}
+	return m.seekProbe(key, h)
+}
+
+// seekProbe is seek's general probe, for what seekNear leaves undecided.
+func (m *Map) seekProbe(key string, h uint64) (view, bool) {
 	_, sp, i := m.place(h)
 	wantTag := tagOf(h)
 	for left := m.probeLimit(sp); left > 0; {
