@@ -171,13 +171,19 @@ func TestKeyValueReadPatientlyOfTruncatedFileIsAnError(t *testing.T) {
 	holdSlot(t, m, "v") // never ended: the file is cut under it
 	kv := NewKeyValue(m)
 	busy0 := m.Stats().Busy
-	for name, read := range map[string]func() error{
-		"Load":    func() error { _, _, err := kv.Load(context.Background(), "v"); return err },
-		"Counter": func() error { _, _, err := kv.Counter(context.Background(), "v"); return err },
+	// In this order: the first read waits until the file is cut under it,
+	// the second starts on the cut file.
+	for i, c := range []struct {
+		name string
+		read func() error
+	}{
+		{"Load", func() error { _, _, err := kv.Load(context.Background(), "v"); return err }},
+		{"Counter", func() error { _, _, err := kv.Counter(context.Background(), "v"); return err }},
 	} {
+		name, read := c.name, c.read
 		done := make(chan error, 1)
 		go func() { done <- read() }()
-		if name == "Load" {
+		if i == 0 {
 			afterBusy(t, m, busy0, func() { require.NoError(t, os.Truncate(path, int64(m.slotOff(0)&^4095))) })
 		}
 		var err error
